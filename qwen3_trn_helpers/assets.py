@@ -135,8 +135,16 @@ def download_wheel(pin: PinnedFile, dest: Path) -> Path:
     if wheel.exists():
         return wheel
     cmd = [
-        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-        "--only-binary=:all:", f"{pin.package}=={pin.version}", "-d", str(dest),
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--only-binary=:all:",
+        f"{pin.package}=={pin.version}",
+        "-d",
+        str(dest),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0 or not wheel.exists():

@@ -51,9 +51,7 @@ def detect_device_type() -> str:
 def resolve_device(requested: str = "auto") -> str:
     """Turn a ``--device`` value into the device type to use, or say why it can't be."""
     if requested not in DEVICE_TYPES:
-        raise DeviceError(
-            f"unknown device {requested!r}; choose one of {', '.join(DEVICE_TYPES)}"
-        )
+        raise DeviceError(f"unknown device {requested!r}; choose one of {', '.join(DEVICE_TYPES)}")
     detected = detect_device_type()
     if requested == "auto" or requested == detected or requested == "cpu":
         return detected if requested == "auto" else requested

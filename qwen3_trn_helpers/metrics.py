@@ -31,9 +31,11 @@ KEYS = {
 }
 
 
-def to_record(step: int, metrics: dict[str, Any]) -> dict[str, Any]:
+def to_record(step: int, metrics: dict[str, Any], with_mfu: bool = True) -> dict[str, Any]:
     record: dict[str, Any] = {"step": step}
     for key, name in KEYS.items():
+        if name == "mfu_pct" and not with_mfu:
+            continue
         if key in metrics:
             value = metrics[key]
             if name == "tokens_seen":
@@ -50,14 +52,20 @@ def to_record(step: int, metrics: dict[str, Any]) -> dict[str, Any]:
 class JsonlMetricsLogger(BaseLogger):
     """A torchtitan metrics logger that appends each step to ``metrics.jsonl``."""
 
-    def __init__(self, path: Path, on_step: Callable[[dict[str, Any]], None] | None = None):
+    def __init__(
+        self,
+        path: Path,
+        on_step: Callable[[dict[str, Any]], None] | None = None,
+        with_mfu: bool = True,
+    ):
         self.path = Path(path)
+        self.with_mfu = with_mfu
         self.records: list[dict[str, Any]] = []
         self._file = open(self.path, "a", encoding="utf-8")
         self._on_step = on_step
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
-        record = to_record(step, metrics)
+        record = to_record(step, metrics, self.with_mfu)
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
@@ -80,4 +88,3 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
             except json.JSONDecodeError:
                 break
     return records
-

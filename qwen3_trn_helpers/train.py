@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, Qwen3TrnError, RunFolderError, TrainingError
+from .errors import ConfigError, RunFolderError, TrainingError
 from .metrics import JsonlMetricsLogger, read_metrics
 
 INITS = ("random",)
@@ -129,8 +129,14 @@ def single_process_group():
     launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     saved = {}
     if not launched:
-        env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+        env = {
+            "RANK": "0",
+            "LOCAL_RANK": "0",
+            "WORLD_SIZE": "1",
+            "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(_free_port()),
+        }
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
     try:
@@ -144,6 +150,31 @@ def single_process_group():
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+
+
+@contextmanager
+def quiet_torchtitan(verbose: bool):
+    """Hide torchtitan's INFO/WARNING log and known CPU-only noise unless ``verbose``.
+
+    torchtitan logs through the root logger; on a CPU it warns about things that are
+    expected there (no lspci, no peak-FLOPs table entry, no CUDA graphs).
+    """
+    if verbose:
+        yield
+        return
+    import logging
+    import warnings
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            for message in ("DTensor random operators", "'set_vital' is deprecated"):
+                warnings.filterwarnings("ignore", message=message)
+            yield
+    finally:
+        root.setLevel(level)
 
 
 def is_rank0() -> bool:
@@ -214,6 +245,7 @@ def run(
     device: str = "auto",
     tensorboard: bool = False,
     progress: bool = True,
+    verbose: bool = False,
     on_step: Callable[[dict[str, Any]], None] | None = None,
 ) -> RunResult:
     """Train ``steps`` steps and return the per-step metrics.
@@ -223,9 +255,18 @@ def run(
     subclass for anything the user can fix; Ctrl-C stops after writing what finished.
     """
     spec = RunSpec(
-        variant=variant, preset=preset, steps=steps, local_batch_size=local_batch_size,
-        seq_len=seq_len, init=init, corpus=corpus, tokenizer=tokenizer, lr=lr, seed=seed,
-        device=device, tensorboard=tensorboard,
+        variant=variant,
+        preset=preset,
+        steps=steps,
+        local_batch_size=local_batch_size,
+        seq_len=seq_len,
+        init=init,
+        corpus=corpus,
+        tokenizer=tokenizer,
+        lr=lr,
+        seed=seed,
+        device=device,
+        tensorboard=tensorboard,
     ).validate()
 
     from .device import resolve_device
@@ -247,7 +288,6 @@ def run(
             manifest.write_text(json.dumps(info, indent=2))
 
     write_manifest("running")
-    config = trainer_config(spec, out, device_type)
 
     bar = None
     if progress and rank0:
@@ -266,11 +306,8 @@ def run(
     trainer = None
     jsonl = None
     try:
-        with single_process_group():
-            try:
-                trainer = config.build()
-            except Qwen3TrnError:
-                raise
+        with single_process_group(), quiet_torchtitan(verbose):
+            trainer = trainer_config(spec, out, device_type).build()
             if device_type == "cpu":
                 from .patches import patch_cpu_device
 
@@ -278,7 +315,13 @@ def run(
             if rank0:
                 from torchtitan.components.metrics import LoggerContainer
 
-                jsonl = JsonlMetricsLogger(out / "metrics.jsonl", on_step=step_done)
+                jsonl = JsonlMetricsLogger(
+                    out / "metrics.jsonl",
+                    on_step=step_done,
+                    # MFU needs the chip's peak FLOPs, which torchtitan knows for
+                    # Trainium and GPUs; on a CPU it would divide by an A100's.
+                    with_mfu=device_type in ("neuron", "cuda"),
+                )
                 container = LoggerContainer()
                 container.add_logger(trainer.metrics_processor.logger)
                 container.add_logger(jsonl)
@@ -311,6 +354,7 @@ def run(
             bar.close()
         if rank0 and (out / "metrics.jsonl").exists():
             result.metrics = read_metrics(out / "metrics.jsonl")
-        write_manifest(result.status, steps_completed=len(result.metrics),
-                       wall_s=round(result.wall_s, 3))
+        write_manifest(
+            result.status, steps_completed=len(result.metrics), wall_s=round(result.wall_s, 3)
+        )
     return result

@@ -41,8 +41,10 @@ class Qwen3Shape:
         try:
             cfg = json.loads(file.read_text())
         except FileNotFoundError:
-            raise ConfigError(f"{file} not found; --init needs a Hugging Face model folder "
-                              "with config.json and *.safetensors") from None
+            raise ConfigError(
+                f"{file} not found; --init needs a Hugging Face model folder "
+                "with config.json and *.safetensors"
+            ) from None
         except json.JSONDecodeError as e:
             raise ConfigError(f"{file} is not valid JSON ({e})") from None
         try:
@@ -93,7 +95,12 @@ class Preset:
 TINY = Qwen3Shape(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=32, hidden_dim=384)
 
 QWEN3_4B_2507 = Qwen3Shape(
-    dim=2560, n_layers=36, n_heads=32, n_kv_heads=8, head_dim=128, hidden_dim=9728,
+    dim=2560,
+    n_layers=36,
+    n_heads=32,
+    n_kv_heads=8,
+    head_dim=128,
+    hidden_dim=9728,
     max_seq_len=40960,
 )
 
@@ -158,13 +165,18 @@ def native_model_config(shape: Qwen3Shape, attention: str = "sdpa"):
             # torchtitan initialises a tied pair through lm_head only
             param_init=_EMBEDDING_SKIP_INIT if s.tie_embeddings else _EMBEDDING_INIT,
         ),
-        lm_head=Linear.Config(in_features=s.dim, out_features=s.vocab_size,
-                              param_init=_LINEAR_INIT),
+        lm_head=Linear.Config(
+            in_features=s.dim, out_features=s.vocab_size, param_init=_LINEAR_INIT
+        ),
         layers=_build_qwen3_layers(
-            n_layers=s.n_layers, dim=s.dim, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads,
-            head_dim=s.head_dim, hidden_dim=s.hidden_dim, attn_backend="flex",
-            rope=CosSinRoPE.Config(dim=s.head_dim, max_seq_len=s.max_seq_len,
-                                   theta=s.rope_theta),
+            n_layers=s.n_layers,
+            dim=s.dim,
+            n_heads=s.n_heads,
+            n_kv_heads=s.n_kv_heads,
+            head_dim=s.head_dim,
+            hidden_dim=s.hidden_dim,
+            attn_backend="flex",
+            rope=CosSinRoPE.Config(dim=s.head_dim, max_seq_len=s.max_seq_len, theta=s.rope_theta),
         ),
     )
     for _, norm, _, _ in config.traverse(RMSNorm.Config):

@@ -1,0 +1,57 @@
+"""Loss curves with matplotlib, saved as PNG (headless-safe: Agg when no display)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _figure():
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(7, 4), dpi=110, layout="constrained")
+
+
+def loss_figure(
+    curves: Mapping[str, Sequence[dict[str, Any]]],
+    *,
+    title: str = "Training loss",
+    reference: Mapping[str, float] | None = None,
+    ln_vocab: float | None = None,
+):
+    """One line per run (label -> metrics records); optional step-1 reference points.
+
+    Uses ``matplotlib.figure.Figure`` directly (no pyplot state), so it works the same in
+    a notebook, a script and a test, and repeated calls do not leak figures.
+    """
+    fig = _figure()
+    ax = fig.add_subplot()
+    for label, records in curves.items():
+        steps = [r["step"] for r in records]
+        losses = [r["loss"] for r in records]
+        ax.plot(steps, losses, marker="o", markersize=3, label=label)
+    for label, value in (reference or {}).items():
+        ax.plot([1], [value], marker="*", markersize=12, linestyle="none", label=label)
+    if ln_vocab is not None:
+        ax.axhline(
+            ln_vocab, color="grey", linestyle=":", linewidth=1, label=f"ln(vocab) = {ln_vocab:.2f}"
+        )
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (cross-entropy, nats/token)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return fig
+
+
+def save_loss_plot(
+    curves: Mapping[str, Sequence[dict[str, Any]]], path: str | Path, **kwargs: Any
+) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    loss_figure(curves, **kwargs).savefig(path)
+    return path
