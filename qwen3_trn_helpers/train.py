@@ -181,7 +181,13 @@ def is_rank0() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-def trainer_config(spec: RunSpec, out: Path, device_type: str):
+def trainer_config(
+    spec: RunSpec,
+    out: Path,
+    device_type: str,
+    tokenizer_path: Path,
+    dataset: tuple[str, str | None],
+):
     """The ``Trainer.Config`` for ``spec``, shaped like torchtitan's qwen3 registry entries."""
     from torchtitan.components.checkpoint import CheckpointManager
     from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
@@ -192,17 +198,15 @@ def trainer_config(spec: RunSpec, out: Path, device_type: str):
     from torchtitan.models.common.config_utils import decoder_vocab_size
     from torchtitan.trainer import Trainer
 
-    from .assets import resolve_tokenizer
-    from .corpus import dataset_args
     from .variants import get_preset, model_spec
 
     preset = get_preset(spec.preset)
     attention = "flex" if device_type == "cuda" else "sdpa"
     mspec = model_spec(spec.variant, preset.shape, preset.name, attention=attention)
-    dataset, dataset_path = dataset_args(spec.corpus)
+    dataset_name, dataset_path = dataset
     return Trainer.Config(
         model_spec=mspec,
-        hf_assets_path=str(resolve_tokenizer(spec.tokenizer)),
+        hf_assets_path=str(tokenizer_path),
         dump_folder=str(out),
         loss=ChunkedLossWrapper.Config(
             loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(mspec)),
@@ -210,7 +214,9 @@ def trainer_config(spec: RunSpec, out: Path, device_type: str):
         metrics=MetricsProcessor.Config(
             log_freq=1, enable_tensorboard=spec.tensorboard, disable_color_printing=True
         ),
-        dataloader=HuggingFaceTextDataLoader.Config(dataset=dataset, dataset_path=dataset_path),
+        dataloader=HuggingFaceTextDataLoader.Config(
+            dataset=dataset_name, dataset_path=dataset_path
+        ),
         optimizer=default_adamw(lr=spec.lr),
         lr_scheduler=LRSchedulersContainer.Config(
             warmup_steps=min(spec.warmup_steps, spec.steps),
@@ -277,6 +283,13 @@ def run(
 
         apply_cpu_patches()
 
+    # Every input is checked before the run folder is made or a model is built.
+    from .assets import resolve_tokenizer
+    from .corpus import dataset_args
+
+    tokenizer_path = resolve_tokenizer(spec.tokenizer)
+    dataset = dataset_args(spec.corpus)
+
     rank0 = is_rank0()
     out = prepare_out_dir(out, overwrite) if rank0 else Path(out or "runs/_nonzero_rank")
     result = RunResult(out=out, spec=spec)
@@ -307,7 +320,8 @@ def run(
     jsonl = None
     try:
         with single_process_group(), quiet_torchtitan(verbose):
-            trainer = trainer_config(spec, out, device_type).build()
+            config = trainer_config(spec, out, device_type, tokenizer_path, dataset)
+            trainer = config.build()
             if device_type == "cpu":
                 from .patches import patch_cpu_device
 

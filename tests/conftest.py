@@ -1,0 +1,29 @@
+"""Shared test setup: offline, quiet, and one asset cache for the whole session."""
+
+from __future__ import annotations
+
+import os
+
+# Before anything imports huggingface_hub: no test may touch the model hub.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir():
+    from qwen3_trn_helpers.assets import ensure_tokenizer
+
+    return ensure_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def ten_step_random(tmp_path_factory):
+    """The walkthrough's run: native, tiny preset, 10 steps, batch 1, random init."""
+    from qwen3_trn_helpers.train import run
+
+    out = tmp_path_factory.mktemp("ten_step") / "run"
+    return run("native", steps=10, local_batch_size=1, init="random", out=out, progress=False)

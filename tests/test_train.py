@@ -1,0 +1,60 @@
+import json
+import math
+
+import pytest
+
+from qwen3_trn_helpers.errors import ConfigError, RunFolderError
+from qwen3_trn_helpers.train import run
+
+LN_VOCAB = math.log(151936)
+
+
+def test_random_init_starts_near_ln_vocab(ten_step_random):
+    first = ten_step_random.losses[0]
+    assert abs(first - LN_VOCAB) < 0.6, first
+
+
+def test_loss_falls_over_ten_steps(ten_step_random):
+    losses = ten_step_random.losses
+    assert len(losses) == 10
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.1, losses
+
+
+def test_metrics_file_has_one_line_per_step(ten_step_random):
+    lines = ten_step_random.metrics_path.read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["step"] for r in records] == list(range(1, 11))
+    for r in records:
+        assert {"loss", "grad_norm", "tokens_per_s", "step_time_s", "lr"} <= r.keys()
+        assert r["tokens_per_s"] > 0 and r["step_time_s"] > 0
+    assert "mfu_pct" not in records[0]  # meaningless without a chip's peak FLOPs
+    manifest = json.loads((ten_step_random.out / "run.json").read_text())
+    assert manifest["status"] == "completed" and manifest["steps_completed"] == 10
+
+
+def test_second_run_in_same_process_reproduces_the_first(ten_step_random, tmp_path):
+    again = run("native", steps=3, out=tmp_path / "again", progress=False)
+    assert again.losses == pytest.approx(ten_step_random.losses[:3], abs=1e-5)
+
+
+def test_out_folder_with_a_previous_run_is_refused(ten_step_random):
+    with pytest.raises(RunFolderError, match="already holds a run"):
+        run("native", steps=1, out=ten_step_random.out, progress=False)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"variant": "gpt2"}, "unknown variant 'gpt2'"),
+        ({"preset": "huge"}, "unknown preset 'huge'"),
+        ({"steps": 0}, "steps must be a positive integer"),
+        ({"local_batch_size": -1}, "local_batch_size must be a positive integer"),
+        ({"seq_len": 0}, "seq_len must be a positive integer"),
+        ({"seq_len": 10**6}, "beyond the model's context"),
+        ({"init": "magic"}, "unknown init 'magic'"),
+    ],
+)
+def test_bad_arguments_fail_before_training(kwargs, message, tmp_path):
+    with pytest.raises(ConfigError, match=message):
+        run(**{"out": tmp_path / "x", "progress": False, **kwargs})
+    assert not (tmp_path / "x").exists()
