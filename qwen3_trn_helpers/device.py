@@ -145,3 +145,23 @@ def device_report() -> DeviceReport:
         transformers=_version("transformers"),
         cpu_count=os.cpu_count() or 1,
     )
+
+
+def registration_facts() -> dict[str, object]:
+    """What PyTorch's device registry says here: the names TorchNeuron plugs into."""
+    import torch.distributed as dist
+
+    backends = metadata.entry_points(group="torch.backends")
+    return {
+        "privateuse1 backend name": privateuse1_backend_name(),
+        "torch.backends entry points (autoload)": sorted(ep.name for ep in backends) or "-",
+        "torch.accelerator.is_available()": torch.accelerator.is_available(),
+        "_get_available_device_type()": torch._utils._get_available_device_type(),
+        "process-group backend for this device": dist.Backend.default_device_backend_map.get(
+            detect_device_type(), "-"
+        ),
+        "autoload enabled (TORCH_DEVICE_BACKEND_AUTOLOAD)": os.environ.get(
+            "TORCH_DEVICE_BACKEND_AUTOLOAD", "1"
+        )
+        != "0",
+    }

@@ -1,0 +1,77 @@
+"""Project hygiene: metadata agrees, notebooks are clean, code is ruff clean."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def _norm(req: str) -> str:
+    return re.sub(r"\s+", "", req).lower()
+
+
+def test_environment_yml_agrees_with_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    expected = set(project["dependencies"]) | {
+        r for name in ("cpu", "notebooks", "test") for r in extras[name]
+    }
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    listed = {r for r in pip if not r.startswith("-e")}
+    assert {_norm(r) for r in listed} == {_norm(r) for r in expected}
+    py = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python"))
+    assert py.split("=")[1] >= project["requires-python"].lstrip(">=")
+
+
+def test_notebooks_exist_in_order():
+    names = [p.stem for p in NOTEBOOKS]
+    assert names[:2] == ["00_preflight", "01_device_registration"]
+    assert "03_ten_step_run" in names
+
+
+MAGIC = re.compile(r"^\s*[!%]", re.M)
+ABS_PATH = re.compile(r"(/home/|/root/|/Users/|/work/|/tmp/|[A-Z]:\\\\)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_lint(path: Path):
+    nb = json.loads(path.read_text())
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    cells = nb["cells"]
+    for cell in cells:
+        src = "".join(cell["source"])
+        if cell["cell_type"] == "code":
+            assert cell.get("outputs") == [], f"{path.name}: stored outputs"
+            assert cell.get("execution_count") is None
+            # a failing !cmd or %magic does not fail nbval, so none are allowed
+            assert not MAGIC.search(src), f"{path.name}: shell escape or magic in {src!r}"
+        assert not ABS_PATH.search(src), f"{path.name}: absolute path in {src[:80]!r}"
+    first = "".join(cells[0]["source"])
+    assert first.startswith("# ") and "**Goal.**" in first and "Expected time" in first
+    last = "".join(cells[-1]["source"])
+    assert "## Exercises" in last and "shut" in last.lower()
+    solution = re.search(r"notebooks/solutions/(s\d\d_\w+\.py)", last)
+    assert solution and (ROOT / "notebooks/solutions" / solution.group(1)).exists()
+
+
+@pytest.mark.skipif(
+    shutil.which("ruff") is None and not (Path(sys.prefix) / "bin/ruff").exists(),
+    reason="ruff not installed",
+)
+def test_ruff_clean():
+    ruff = shutil.which("ruff") or str(Path(sys.prefix) / "bin/ruff")
+    for args in (["check"], ["format", "--check"]):
+        proc = subprocess.run([ruff, *args, "."], cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
