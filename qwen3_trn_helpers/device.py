@@ -16,8 +16,6 @@ import sys
 from dataclasses import asdict, dataclass
 from importlib import metadata
 
-import torch
-
 from .errors import DeviceError
 
 DEVICE_TYPES = ("auto", "neuron", "cuda", "cpu")
@@ -25,11 +23,15 @@ DEVICE_TYPES = ("auto", "neuron", "cuda", "cpu")
 
 def privateuse1_backend_name() -> str:
     """Name of the out-of-tree backend torch knows ('privateuseone' when none)."""
+    import torch
+
     return torch._C._get_privateuse1_backend_name()
 
 
 def neuron_available() -> bool:
     """True only when TorchNeuron is installed and sees at least one NeuronCore."""
+    import torch
+
     if privateuse1_backend_name() != "neuron":
         return False
     module = getattr(torch, "neuron", None)
@@ -41,6 +43,8 @@ def neuron_available() -> bool:
 
 def detect_device_type() -> str:
     """neuron, else cuda, else cpu: the order a trn2 user expects."""
+    import torch
+
     if neuron_available():
         return "neuron"
     if torch.cuda.is_available():
@@ -56,6 +60,8 @@ def resolve_device(requested: str = "auto") -> str:
     if requested == "auto" or requested == detected or requested == "cpu":
         return detected if requested == "auto" else requested
     if requested == "neuron":
+        import torch
+
         raise DeviceError(
             "device 'neuron' requested but no Trainium device is visible "
             f"(PyTorch {torch.__version__}, PrivateUse1 backend "
@@ -73,6 +79,8 @@ def _version(package: str) -> str | None:
 
 
 def _device_name(device_type: str) -> str:
+    import torch
+
     if device_type == "neuron":
         props = torch.neuron.get_device_properties()  # type: ignore[attr-defined]
         return str(getattr(props, "name", "neuron"))
@@ -82,6 +90,8 @@ def _device_name(device_type: str) -> str:
 
 
 def _device_count(device_type: str) -> int:
+    import torch
+
     if device_type == "neuron":
         return int(torch.neuron.device_count())  # type: ignore[attr-defined]
     if device_type == "cuda":
@@ -124,6 +134,8 @@ class DeviceReport:
 
 def device_report() -> DeviceReport:
     """Collect the report; cheap, and safe on machines without any accelerator."""
+    import torch
+
     device_type = detect_device_type()
     accelerator = None
     if hasattr(torch, "accelerator") and torch.accelerator.is_available():
@@ -149,6 +161,7 @@ def device_report() -> DeviceReport:
 
 def registration_facts() -> dict[str, object]:
     """What PyTorch's device registry says here: the names TorchNeuron plugs into."""
+    import torch
     import torch.distributed as dist
 
     backends = metadata.entry_points(group="torch.backends")

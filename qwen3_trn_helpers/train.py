@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, RunFolderError, TrainingError
-from .metrics import JsonlMetricsLogger, read_metrics
 
 INITS = ("random",)
 
@@ -329,6 +328,8 @@ def run(
             if rank0:
                 from torchtitan.components.metrics import LoggerContainer
 
+                from .metrics import JsonlMetricsLogger
+
                 jsonl = JsonlMetricsLogger(
                     out / "metrics.jsonl",
                     on_step=step_done,
@@ -367,6 +368,8 @@ def run(
         if bar is not None:
             bar.close()
         if rank0 and (out / "metrics.jsonl").exists():
+            from .metrics import read_metrics
+
             result.metrics = read_metrics(out / "metrics.jsonl")
         write_manifest(
             result.status, steps_completed=len(result.metrics), wall_s=round(result.wall_s, 3)
