@@ -1,0 +1,175 @@
+"""The blockwise, dropless MoE expert computation that the NKI MoE kernels implement.
+
+How it works (the same steps nki-library's ``moe_cte`` kernel expects its caller to do):
+
+1. Every (token, expert) pair the router picked is placed in a *block* of ``B`` slots
+   that belongs to a single expert. Each expert gets ``ceil(count / B)`` blocks, so no
+   token is ever dropped; unused slots hold a padding token (id ``T``, an all-zero row).
+   The number of blocks ``N`` is fixed from ``T``, ``K``, ``E`` and ``B`` alone (spare
+   blocks go to the last expert), so the kernel compiles once for every routing.
+2. ``token_position_to_id`` [N*B] says which token sits in each slot; ``block_to_expert``
+   [N] which expert owns each block.
+3. Per block: gate/up projection, SiLU(gate) * up, down projection: dense matmuls of a
+   fixed ``B x H`` tile, which is what a systolic array wants. Outputs are scaled by the
+   routing weight after the down projection (POST_SCALE) and accumulated per token
+   (top-k > 1 sends each token to K blocks).
+
+:func:`blockwise_experts_reference` is that algorithm in PyTorch, with autograd; it runs
+everywhere. On Trainium :mod:`qwen3_trn_helpers.nki_moe` runs the NKI kernels instead.
+:class:`BlockwiseRoutedExperts` plugs either into torchtitan's Qwen3 MoE in place of its
+``RoutedExperts`` (token dispatcher + ``torch._grouped_mm``), keeping the parameters and
+their names, so torchtitan's init, checkpoints and HF state-dict adapter are unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.distributed.tensor import DTensor
+from torchtitan.models.common.moe import RoutedExperts
+
+BACKENDS = ("auto", "reference", "nki")
+
+
+def num_blocks(num_tokens: int, top_k: int, num_experts: int, block_size: int) -> int:
+    """Blocks needed for *any* routing of ``num_tokens * top_k`` pairs, dropless.
+
+    Each expert wastes at most ``B - 1`` slots, so ``ceil((T*K - (E-1)) / B) + E - 1``
+    blocks always suffice (nki-library's and neuronx-distributed's formula), capped at
+    one block per pair.
+    """
+    pairs = num_tokens * top_k
+    n = math.ceil(max(pairs - (num_experts - 1), 0) / block_size) + num_experts - 1
+    return max(1, min(n, pairs))
+
+
+def blockwise_mapping(
+    expert_ids_TK: torch.Tensor, num_experts: int, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token_position_to_id [N*B], block_to_expert [N]) for a routing [T, K].
+
+    Tokens keep ascending order within an expert; padding slots hold ``T``.
+    """
+    T, K = expert_ids_TK.shape
+    E, B = num_experts, block_size
+    device = expert_ids_TK.device
+    n_blocks = num_blocks(T, K, E, B)
+    mask_TE = torch.zeros(T, E, dtype=torch.int64, device=device)
+    mask_TE.scatter_(1, expert_ids_TK.long(), 1)
+    counts_E = mask_TE.sum(0)
+    blocks_E = (counts_E + B - 1) // B
+    spare = n_blocks - int(blocks_E.sum())
+    if spare < 0:  # cannot happen for a valid routing; guards the formula above
+        raise RuntimeError(f"routing needs {int(blocks_E.sum())} blocks, only {n_blocks}")
+    blocks_E[-1] += spare
+    block_to_expert = torch.repeat_interleave(torch.arange(E, device=device), blocks_E)
+    first_slot_E = (torch.cumsum(blocks_E, 0) - blocks_E) * B
+    rank_TE = torch.cumsum(mask_TE, 0) - 1  # position of the token within its expert
+    slot_TE = first_slot_E[None, :] + rank_TE
+    picked = mask_TE.bool()
+    token_ids = torch.arange(T, device=device)[:, None].expand(T, E)
+    position_to_id = torch.full((n_blocks * B,), T, dtype=torch.int64, device=device)
+    position_to_id[slot_TE[picked]] = token_ids[picked]
+    return position_to_id, block_to_expert
+
+
+def blockwise_experts_reference(
+    hidden_states: torch.Tensor,  # [T+1, H], last row zeros (the padding token)
+    expert_affinities: torch.Tensor,  # [T+1, E], routing weight, 0 where not routed
+    gate_up_proj_weight: torch.Tensor,  # [E, H, 2, I]: gate at [:, :, 0], up at [:, :, 1]
+    down_proj_weight: torch.Tensor,  # [E, I, H]
+    token_position_to_id: torch.Tensor,  # [N*B]
+    block_to_expert: torch.Tensor,  # [N]
+    block_size: int,
+    compute_dtype: torch.dtype | None = torch.bfloat16,
+) -> torch.Tensor:
+    """The kernel's maths in PyTorch (same tensor layouts as ``moe_cte``); returns [T+1, H].
+
+    ``compute_dtype`` mirrors the kernel's (bf16 by default, like torchtitan's grouped
+    experts); ``None`` computes in the inputs' dtype.
+    """
+    n_blocks = block_to_expert.shape[0]
+    H = hidden_states.shape[1]
+    cd = compute_dtype or hidden_states.dtype
+    x_NBH = hidden_states[token_position_to_id].view(n_blocks, block_size, H).to(cd)
+    w_gu = gate_up_proj_weight.to(cd)[block_to_expert]  # [N, H, 2, I]
+    gate = torch.bmm(x_NBH, w_gu[:, :, 0, :])
+    up = torch.bmm(x_NBH, w_gu[:, :, 1, :])
+    act = F.silu(gate) * up  # [N, B, I]
+    y_NBH = torch.bmm(act, down_proj_weight.to(cd)[block_to_expert])
+    slot_expert = block_to_expert.repeat_interleave(block_size)
+    scale = expert_affinities[token_position_to_id, slot_expert]  # POST_SCALE
+    y = (y_NBH.reshape(-1, H).float() * scale.float()[:, None]).to(hidden_states.dtype)
+    out = torch.zeros_like(hidden_states)
+    return out.index_add(0, token_position_to_id, y)
+
+
+def kernel_weights(
+    w1_EFD: torch.Tensor, w2_EDF: torch.Tensor, w3_EFD: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """torchtitan's expert weights -> the kernel's [E,H,2,I] gate_up and [E,I,H] down."""
+    gate_up = torch.stack((w1_EFD.transpose(1, 2), w3_EFD.transpose(1, 2)), dim=2)
+    return gate_up, w2_EDF.transpose(1, 2)
+
+
+class BlockwiseRoutedExperts(RoutedExperts):
+    """torchtitan's ``RoutedExperts`` computed blockwise (NKI on Trainium, PyTorch elsewhere).
+
+    Expert parallelism is not implemented here: experts run on every rank (EP = 1).
+    """
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(RoutedExperts.Config):
+        block_size: int = 128
+        backend: str = "auto"  # "reference", "nki", or "auto" (nki on a neuron device)
+
+    def __init__(self, config: Config):
+        super().__init__(config)
+        if config.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {config.backend!r}")
+        self.block_size = config.block_size
+        self.backend = config.backend
+        self.num_experts = config.inner_experts.num_experts
+
+    def _weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        e = self.inner_experts
+        ws = (e.w1_EFD, e.w2_EDF, e.w3_EFD)
+        return tuple(w.to_local() if isinstance(w, DTensor) else w for w in ws)
+
+    def forward(
+        self,
+        x_BLD: torch.Tensor,
+        topk_scores_BLK: torch.Tensor,
+        topk_expert_ids_BLK: torch.Tensor,
+        num_local_tokens_per_expert_E: torch.Tensor,
+    ) -> torch.Tensor:
+        B, L, D = x_BLD.shape
+        T, K = B * L, topk_expert_ids_BLK.shape[-1]
+        hidden = torch.cat([x_BLD.reshape(T, D), x_BLD.new_zeros(1, D)])
+        ids_TK = topk_expert_ids_BLK.reshape(T, K)
+        affinities = torch.zeros(
+            T + 1, self.num_experts, device=x_BLD.device, dtype=topk_scores_BLK.dtype
+        )
+        affinities = affinities.scatter(1, ids_TK, topk_scores_BLK.reshape(T, K))
+        position_to_id, block_to_expert = blockwise_mapping(
+            ids_TK, self.num_experts, self.block_size
+        )
+        w1, w2, w3 = self._weights()
+        gate_up, down = kernel_weights(w1, w2, w3)
+        backend = self.backend
+        if backend == "auto":
+            backend = "nki" if x_BLD.device.type == "neuron" else "reference"
+        if backend == "nki":
+            from .nki_moe import blockwise_experts_nki
+
+            out = blockwise_experts_nki(
+                hidden, affinities, gate_up, down, position_to_id, block_to_expert, self.block_size
+            )
+        else:
+            out = blockwise_experts_reference(
+                hidden, affinities, gate_up, down, position_to_id, block_to_expert, self.block_size
+            )
+        return out[:T].view(B, L, D)
