@@ -33,7 +33,7 @@ def pair(E, D, F, K, block, seed=0):
     ).build()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in theirs.named_parameters():
+        for p in theirs.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * 0.1)
     ours.load_state_dict(theirs.state_dict())
     return theirs, ours
