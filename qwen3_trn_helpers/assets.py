@@ -227,3 +227,10 @@ def resolve_tokenizer(source: str | Path | None) -> Path:
     if not (path / "tokenizer.json").exists():
         raise AssetError(f"{path} has no tokenizer.json; pass a Hugging Face model folder")
     return path
+
+
+def tokenizer_vocab_size(folder: Path) -> int:
+    """Tokens the tokenizer can produce (base vocabulary plus added tokens)."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(Path(folder) / "tokenizer.json")).get_vocab_size()

@@ -54,7 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train N steps; writes metrics.jsonl and loss.png")
     train.add_argument("--variant", default="native", choices=VARIANTS)
-    train.add_argument("--preset", default="tiny", choices=list(PRESETS))
+    train.add_argument(
+        "--preset",
+        default=None,
+        choices=list(PRESETS),
+        help="model size (default: tiny/tiny_moe off Trainium, 4b/30b-a3b on trn2)",
+    )
     train.add_argument("--steps", type=_positive_int, default=10)
     train.add_argument("--local-batch-size", type=_positive_int, default=1)
     train.add_argument(
@@ -63,7 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="tokens per sample (default: the preset's)",
     )
-    train.add_argument("--init", default="random", choices=INITS)
+    train.add_argument(
+        "--init",
+        default="random",
+        help=f"{' | '.join(INITS)} | DIR (a Hugging Face Qwen3 folder)",
+    )
     train.add_argument("--out", default=None, help="run folder (default: runs/<time>)")
     train.add_argument("--overwrite", action="store_true", help="replace a previous run in --out")
     train.add_argument(
@@ -86,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--no-progress", action="store_true")
     train.add_argument("--verbose", action="store_true", help="show torchtitan's log")
+
+    parity = sub.add_parser(
+        "parity", help="compare fp32 logits of one HF Qwen3 folder: transformers, native, v5"
+    )
+    parity.add_argument("--init", required=True, help="a Hugging Face Qwen3 folder")
+    parity.add_argument("--seq-len", type=_positive_int, default=64)
+    parity.add_argument("--tolerance", type=_positive_float, default=1e-4)
 
     sub.add_parser("doctor", help="print what this machine offers for training")
     sub.add_parser("assets", help="build and verify the offline tokenizer and corpus")
@@ -123,7 +139,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     png = save_loss_plot(
         {f"{args.variant} / {args.init}": result.metrics},
         result.out / "loss.png",
-        title=f"Qwen3 {args.variant}, preset {args.preset}",
+        title=f"Qwen3 {args.variant}, {result.flavor}",
     )
     first, last = result.losses[0], result.losses[-1]
     print(
@@ -158,7 +174,22 @@ def _cmd_assets(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": _cmd_train, "doctor": _cmd_doctor, "assets": _cmd_assets}
+def _cmd_parity(args: argparse.Namespace) -> int:
+    from .parity import parity
+
+    report = parity(args.init, seq_len=args.seq_len)
+    print(report)
+    ok = report.worst() <= args.tolerance
+    print(f"{'PASS' if ok else 'FAIL'}: worst {report.worst():.3e} vs tolerance {args.tolerance:g}")
+    return 0 if ok else EXIT_FAILED
+
+
+COMMANDS = {
+    "train": _cmd_train,
+    "parity": _cmd_parity,
+    "doctor": _cmd_doctor,
+    "assets": _cmd_assets,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

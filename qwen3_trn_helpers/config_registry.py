@@ -19,27 +19,28 @@ from .train import RunSpec
 
 
 def build_config(spec: RunSpec, dump_folder: str = "./outputs"):
-    """``Trainer.Config`` for a validated spec, with the CPU patches applied if needed."""
-    from .assets import resolve_tokenizer
-    from .corpus import dataset_args
-    from .device import resolve_device
-    from .train import trainer_config
+    """``Trainer.Config`` for a spec, with the patches its variant and device need."""
+    from .patches import apply_variant_patches, patch_cpu_device
+    from .train import plan_run, trainer_config
 
-    spec.validate()
-    device_type = resolve_device(spec.device)
-    if device_type == "cpu":
-        from .patches import apply_cpu_patches
-
-        apply_cpu_patches()
-    return trainer_config(
-        spec,
-        Path(dump_folder),
-        device_type,
-        resolve_tokenizer(spec.tokenizer),
-        dataset_args(spec.corpus),
-    )
+    plan = plan_run(spec)
+    apply_variant_patches(spec.variant, plan.device_type)
+    config = trainer_config(plan, Path(dump_folder))
+    if plan.device_type == "cpu":
+        patch_cpu_device()
+    return config
 
 
 def qwen3_trn_tiny_native():
     """Tiny native Qwen3 (real vocab), 10 steps at local batch 1: the CPU walkthrough."""
     return build_config(RunSpec(variant="native", preset="tiny"))
+
+
+def qwen3_trn_tiny_transformers_v5():
+    """The same tiny model through the Hugging Face Transformers v5 backend."""
+    return build_config(RunSpec(variant="transformers_v5", preset="tiny"))
+
+
+def qwen3_trn_tiny_nki_moe():
+    """Tiny Qwen3 MoE with blockwise experts (PyTorch reference off Trainium)."""
+    return build_config(RunSpec(variant="nki_moe", preset="tiny_moe"))

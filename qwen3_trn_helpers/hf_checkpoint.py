@@ -49,6 +49,20 @@ def write_hf_config(shape: Qwen3Shape, folder: str | Path) -> Path:
     return folder
 
 
+def cached_hf_config(shape: Qwen3Shape) -> Path:
+    """A cached folder holding config.json for ``shape`` (transformers backend, no weights)."""
+    import hashlib
+    from dataclasses import asdict
+
+    from .assets import cache_dir
+
+    key = hashlib.sha256(json.dumps(asdict(shape), sort_keys=True).encode()).hexdigest()[:12]
+    folder = cache_dir() / "hf-configs" / key
+    if not (folder / "config.json").exists():
+        write_hf_config(shape, folder)
+    return folder
+
+
 def make_random_hf_checkpoint(shape: Qwen3Shape, folder: str | Path, seed: int = 0) -> Path:
     """A randomly initialised Qwen3 saved by transformers itself (for tests and parity)."""
     import torch

@@ -121,3 +121,111 @@ def apply_cpu_patches() -> list[str]:
     import torchtitan.trainer  # noqa: F401  (imports the modules that copy device_type)
 
     return patch_cpu_device()
+
+
+# --- torchtitan's transformers backend (variant "transformers_v5") ----------------------
+
+_PATCHED = "_qwen3_trn_patched"
+
+
+def hf_rotary_lacks_rope_init_fn() -> bool:
+    """The condition for :func:`patch_hf_backend_rope_init` (true with transformers 5.x)."""
+    from transformers import Qwen3Config
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+    cfg = Qwen3Config(hidden_size=8, num_attention_heads=2, num_key_value_heads=2, head_dim=4)
+    return not hasattr(Qwen3RotaryEmbedding(cfg), "rope_init_fn")
+
+
+def recompute_rotary_inv_freq(model: torch.nn.Module) -> int:
+    """Recompute every HF rotary module's ``inv_freq`` the way its ``__init__`` does."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    count = 0
+    for module in model.modules():
+        if not hasattr(module, "inv_freq") or not hasattr(module, "rope_type"):
+            continue
+        if module.rope_type == "default":
+            inv_freq, scaling = module.compute_default_rope_parameters(module.config)
+        else:
+            inv_freq, scaling = ROPE_INIT_FUNCTIONS[module.rope_type](module.config)
+        device = module.inv_freq.device
+        module.inv_freq.copy_(inv_freq.to(device=device, dtype=module.inv_freq.dtype))
+        if hasattr(module, "original_inv_freq"):
+            module.original_inv_freq.copy_(module.inv_freq)
+        module.attention_scaling = scaling
+        count += 1
+    return count
+
+
+def patch_hf_backend_rope_init() -> bool:
+    """Give HF rotary embeddings real ``inv_freq`` values after torchtitan materialises them.
+
+    Why: torchtitan 0.3.0's transformers backend builds the HF model on the meta device,
+    materialises it with ``to_empty()`` (uninitialised memory) and then recomputes
+    ``inv_freq`` only through ``module.rope_init_fn``, an attribute transformers 5.x no
+    longer keeps. ``inv_freq`` is a non-persistent buffer, so loading a checkpoint does
+    not fix it either: RoPE silently breaks (zeros or garbage), and a pretrained model
+    trains from near ln(vocab) (the class of bug in pytorch/torchtitan#3775). We run
+    torchtitan's ``init_states`` and then recompute ``inv_freq`` as transformers'
+    ``__init__`` does. Returns False when already applied.
+    """
+    from torchtitan.experiments.transformers_modeling_backend.model import HFTransformerModel
+
+    if getattr(HFTransformerModel.init_states, _PATCHED, False):
+        return False
+    original = HFTransformerModel.init_states
+
+    def init_states(self, *, buffer_device=None) -> None:
+        original(self, buffer_device=buffer_device)
+        with torch.no_grad():
+            recompute_rotary_inv_freq(self.model)
+
+    setattr(init_states, _PATCHED, True)
+    HFTransformerModel.init_states = init_states
+    return True
+
+
+def patch_hf_backend_dense_attention() -> bool:
+    """Run the transformers backend's attention through SDPA with a dense mask.
+
+    Why: the backend sends HF attention to FlexAttention (registered under the name
+    ``flex_torchtitan``) with a compiled BlockMask. FlexAttention has no CPU backward
+    and is not what the Neuron compiler lowers, so off CUDA we register transformers' own
+    SDPA attention under that name (``AttentionInterface.register``, HF's documented
+    hook) and use the dense block-causal mask the backend already builds for models
+    that cannot take a BlockMask (``_build_dense_attention_mask``). Same maths. Every new
+    backend config re-registers the module's ``_flex_attention_torchtitan``, so that
+    name is pointed at SDPA too.
+    """
+    from torchtitan.experiments.transformers_modeling_backend import model as backend
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.modeling_utils import AttentionInterface
+
+    cls = backend.HFTransformerModel
+    if getattr(cls.get_attention_masks, _PATCHED, False):
+        return False
+    backend._flex_attention_torchtitan = sdpa_attention_forward
+    AttentionInterface.register(backend._ATTN_IMPLEMENTATION, sdpa_attention_forward)
+
+    def get_attention_masks(self, positions: torch.Tensor) -> torch.Tensor:
+        return self._build_dense_attention_mask(positions)
+
+    setattr(get_attention_masks, _PATCHED, True)
+    cls.get_attention_masks = get_attention_masks
+    return True
+
+
+def apply_variant_patches(variant: str, device_type: str) -> list[str]:
+    """The patches a variant needs on a device; returns the names of those applied now."""
+    applied = []
+    if device_type == "cpu":
+        apply_cpu_patches()
+    if variant == "transformers_v5":
+        if hf_rotary_lacks_rope_init_fn() and patch_hf_backend_rope_init():
+            applied.append("hf_backend_rope_init")
+        if device_type != "cuda" and patch_hf_backend_dense_attention():
+            applied.append("hf_backend_dense_attention")
+        if device_type == "cpu":
+            patch_cpu_device()  # the backend's modules copied torchtitan's device globals
+    return applied

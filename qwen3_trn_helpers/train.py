@@ -20,53 +20,167 @@ from typing import Any
 
 from .errors import ConfigError, RunFolderError, TrainingError
 
-INITS = ("random",)
+INITS = ("random", "pretrained")  # or a path to a Hugging Face Qwen3 folder
 
 
 @dataclass
 class RunSpec:
-    """Everything that defines a run; validated before any heavy import."""
+    """Everything that defines a run, as the user gave it."""
 
     variant: str = "native"
-    preset: str = "tiny"
+    preset: str | None = None  # None: the variant's default for this device, or --init's
     steps: int = 10
     local_batch_size: int = 1
     seq_len: int | None = None  # None: the preset's
-    init: str = "random"
+    init: str = "random"  # "random", "pretrained", or a Hugging Face Qwen3 folder
     corpus: str = "embedded"
-    tokenizer: str | None = None  # None: offline Qwen3 tokenizer (or the checkpoint's)
+    tokenizer: str | None = None  # None: the checkpoint's, else the offline Qwen3 one
     lr: float = 8e-4
     warmup_steps: int = 2
     seed: int = 0
     device: str = "auto"
     tensorboard: bool = False
+    checkpoint_interval: int = 0  # >0: save a torchtitan checkpoint every N steps
+    # FSDP's parameter dtype in forward/backward: torchtitan's default bf16 (what trn2
+    # runs), or float32 for exact comparisons such as the parity check.
+    mixed_precision: str = "bfloat16"
 
     def validate(self) -> RunSpec:
-        from .variants import check_variant, get_preset
+        """Checks that need no imports and no files: fail fast, before anything loads."""
+        from .variants import PRESETS, check_variant
 
         check_variant(self.variant)
-        preset = get_preset(self.preset)
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ConfigError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
         for name in ("steps", "local_batch_size"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        if self.seq_len is None:
-            self.seq_len = preset.seq_len
-        if not isinstance(self.seq_len, int) or self.seq_len <= 0:
+        if self.seq_len is not None and (
+            isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len <= 0
+        ):
             raise ConfigError(f"seq_len must be a positive integer, got {self.seq_len!r}")
-        if self.seq_len > preset.shape.max_seq_len:
+        if not isinstance(self.init, str) or not self.init:
             raise ConfigError(
-                f"seq_len {self.seq_len} is beyond the model's context of "
-                f"{preset.shape.max_seq_len} tokens (preset {preset.name!r}); "
-                "use a shorter --seq-len"
+                f"init must be 'random', 'pretrained' or a checkpoint folder, got {self.init!r}"
             )
-        if self.init not in INITS:
-            raise ConfigError(f"unknown init {self.init!r}; choose one of {', '.join(INITS)}")
-        if not self.lr > 0:
+        if not (isinstance(self.lr, int | float) and self.lr > 0):
             raise ConfigError(f"lr must be positive, got {self.lr!r}")
         if self.warmup_steps < 0:
             raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps!r}")
+        if self.mixed_precision not in ("bfloat16", "float32"):
+            raise ConfigError(
+                f"mixed_precision must be 'bfloat16' or 'float32', got {self.mixed_precision!r}"
+            )
+        if self.checkpoint_interval < 0:
+            raise ConfigError(f"checkpoint_interval must be >= 0, got {self.checkpoint_interval!r}")
         return self
+
+
+@dataclass
+class Plan:
+    """A spec resolved against this machine: device, shape, files. Nothing built yet."""
+
+    spec: RunSpec
+    device_type: str
+    preset: Any  # variants.Preset, or None when the shape comes from an --init folder
+    shape: Any  # variants.Qwen3Shape
+    flavor: str
+    init_dir: Path | None
+    tokenizer_dir: Path
+    dataset: tuple[str, str | None]
+    hf_config_dir: Path | None
+    moe_block_size: int
+
+
+def _looks_like_path(init: str) -> bool:
+    return init not in INITS
+
+
+def plan_run(spec: RunSpec) -> Plan:
+    """Resolve and check every input; raises a Qwen3TrnError naming the fix."""
+    from .assets import resolve_tokenizer, tokenizer_vocab_size
+    from .corpus import dataset_args
+    from .device import resolve_device
+    from .hf_checkpoint import check_hf_checkpoint
+    from .variants import check_shape_for_variant, default_preset, get_preset
+
+    spec.validate()
+    device_type = resolve_device(spec.device)
+    preset = None
+    if spec.preset is not None:
+        preset = get_preset(spec.preset)
+    elif not _looks_like_path(spec.init):
+        preset = get_preset(default_preset(spec.variant, device_type))
+
+    init_dir = None
+    if spec.init == "random":
+        shape, source = preset.shape, f"preset {preset.name!r}"
+    else:
+        if spec.init == "pretrained":
+            from .published import resolve_pretrained
+
+            init_dir = resolve_pretrained(spec.variant, preset, device_type)
+        else:
+            init_dir = Path(spec.init).expanduser()
+        shape, source = check_hf_checkpoint(init_dir), f"checkpoint {init_dir}"
+        if preset is not None:
+            diffs = [d for d in preset.shape.differences(shape) if not d.startswith("max_")]
+            if diffs:
+                raise ConfigError(
+                    f"checkpoint {init_dir} does not match preset {preset.name!r}: "
+                    f"{'; '.join(diffs)}; drop --preset to train with the checkpoint's "
+                    "own shape, or pick the matching checkpoint"
+                )
+    check_shape_for_variant(spec.variant, shape, source)
+
+    seq_len = spec.seq_len or (preset.seq_len if preset else 256)
+    if seq_len > shape.max_seq_len:
+        raise ConfigError(
+            f"seq_len {seq_len} is beyond the model's context of {shape.max_seq_len} "
+            f"tokens ({source}); use a shorter --seq-len"
+        )
+    spec.seq_len = seq_len
+
+    tok_source = spec.tokenizer
+    if tok_source is None and init_dir is not None and (init_dir / "tokenizer.json").exists():
+        tok_source = str(init_dir)
+    tokenizer_dir = resolve_tokenizer(tok_source)
+    n_tokens = tokenizer_vocab_size(tokenizer_dir)
+    if n_tokens > shape.vocab_size:
+        raise ConfigError(
+            f"the tokenizer in {tokenizer_dir} has {n_tokens} tokens but the model's "
+            f"embedding has {shape.vocab_size} rows ({source}); ids past "
+            f"{shape.vocab_size - 1} would index out of range: use the model's own "
+            "tokenizer or a model with a larger vocabulary"
+        )
+    dataset = dataset_args(spec.corpus)
+
+    hf_config_dir = None
+    if spec.variant == "transformers_v5":
+        if init_dir is not None:
+            hf_config_dir = init_dir
+        else:
+            from .hf_checkpoint import cached_hf_config
+
+            hf_config_dir = cached_hf_config(shape)
+
+    block = preset.moe_block_size if preset and preset.moe_block_size else 0
+    if shape.is_moe and not block:
+        block = 256 if device_type == "neuron" else 64
+    flavor = preset.name if preset else f"hf:{init_dir.name}"
+    return Plan(
+        spec=spec,
+        device_type=device_type,
+        preset=preset,
+        shape=shape,
+        flavor=flavor,
+        init_dir=init_dir,
+        tokenizer_dir=tokenizer_dir,
+        dataset=dataset,
+        hf_config_dir=hf_config_dir,
+        moe_block_size=block,
+    )
 
 
 @dataclass
@@ -76,6 +190,7 @@ class RunResult:
     metrics: list[dict[str, Any]] = field(default_factory=list)
     status: str = "completed"
     wall_s: float = 0.0
+    flavor: str = ""
 
     @property
     def metrics_path(self) -> Path:
@@ -180,36 +295,35 @@ def is_rank0() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-def trainer_config(
-    spec: RunSpec,
-    out: Path,
-    device_type: str,
-    tokenizer_path: Path,
-    dataset: tuple[str, str | None],
-):
-    """The ``Trainer.Config`` for ``spec``, shaped like torchtitan's qwen3 registry entries."""
+def trainer_config(plan: Plan, out: Path):
+    """The ``Trainer.Config`` for a plan, shaped like torchtitan's registry entries."""
     from torchtitan.components.checkpoint import CheckpointManager
     from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
     from torchtitan.components.metrics import MetricsProcessor
     from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw
-    from torchtitan.config import DebugConfig, ParallelismConfig, TrainingConfig
+    from torchtitan.config import CommConfig, DebugConfig, ParallelismConfig, TrainingConfig
     from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
     from torchtitan.models.common.config_utils import decoder_vocab_size
     from torchtitan.trainer import Trainer
 
-    from .variants import get_preset, model_spec
+    from .variants import model_spec
 
-    preset = get_preset(spec.preset)
-    attention = "flex" if device_type == "cuda" else "sdpa"
-    mspec = model_spec(spec.variant, preset.shape, preset.name, attention=attention)
-    dataset_name, dataset_path = dataset
-    return Trainer.Config(
+    spec = plan.spec
+    attention = "flex" if plan.device_type == "cuda" else "sdpa"
+    mspec = model_spec(spec.variant, plan.shape, plan.flavor, attention, plan.moe_block_size)
+    dataset_name, dataset_path = plan.dataset
+    checkpoint = CheckpointManager.Config(
+        enable=bool(plan.init_dir or spec.checkpoint_interval),
+        load_only=not spec.checkpoint_interval,
+        interval=spec.checkpoint_interval or 10**9,
+        initial_load_path=str(plan.init_dir) if plan.init_dir else None,
+        initial_load_in_hf=plan.init_dir is not None,
+        last_save_model_only=False,
+    )
+    kwargs: dict[str, Any] = dict(
         model_spec=mspec,
-        hf_assets_path=str(tokenizer_path),
+        hf_assets_path=str(plan.tokenizer_dir),
         dump_folder=str(out),
-        loss=ChunkedLossWrapper.Config(
-            loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(mspec)),
-        ),
         metrics=MetricsProcessor.Config(
             log_freq=1, enable_tensorboard=spec.tensorboard, disable_color_printing=True
         ),
@@ -224,19 +338,39 @@ def trainer_config(
             min_lr_factor=0.0,
         ),
         training=TrainingConfig(
-            local_batch_size=spec.local_batch_size, seq_len=spec.seq_len, steps=spec.steps
+            local_batch_size=spec.local_batch_size,
+            seq_len=spec.seq_len,
+            steps=spec.steps,
+            mixed_precision_param=spec.mixed_precision,
         ),
         parallelism=ParallelismConfig(),
-        checkpoint=CheckpointManager.Config(enable=False),
+        checkpoint=checkpoint,
         activation_checkpoint=None,
+        comm=CommConfig(trace_buf_size=0),
         debug=DebugConfig(seed=spec.seed),
+    )
+    if spec.variant == "transformers_v5":
+        from torchtitan.experiments.transformers_modeling_backend.configs import (
+            TransformersBackendConfig,
+        )
+
+        # As torchtitan's own transformers-backend registry: plain cross-entropy, whose
+        # vocabulary size the backend fills in from config.json.
+        return TransformersBackendConfig(
+            hf_model=str(plan.hf_config_dir), loss=CrossEntropyLoss.Config(), **kwargs
+        )
+    return Trainer.Config(
+        loss=ChunkedLossWrapper.Config(
+            loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(mspec)),
+        ),
+        **kwargs,
     )
 
 
 def run(
     variant: str = "native",
     *,
-    preset: str = "tiny",
+    preset: str | None = None,
     steps: int = 10,
     local_batch_size: int = 1,
     seq_len: int | None = None,
@@ -249,6 +383,8 @@ def run(
     seed: int = 0,
     device: str = "auto",
     tensorboard: bool = False,
+    checkpoint_interval: int = 0,
+    mixed_precision: str = "bfloat16",
     progress: bool = True,
     verbose: bool = False,
     on_step: Callable[[dict[str, Any]], None] | None = None,
@@ -272,31 +408,33 @@ def run(
         seed=seed,
         device=device,
         tensorboard=tensorboard,
-    ).validate()
-
-    from .device import resolve_device
-
-    device_type = resolve_device(spec.device)
-    if device_type == "cpu":
-        from .patches import apply_cpu_patches
-
-        apply_cpu_patches()
-
+        checkpoint_interval=checkpoint_interval,
+        mixed_precision=mixed_precision,
+    )
     # Every input is checked before the run folder is made or a model is built.
-    from .assets import resolve_tokenizer
-    from .corpus import dataset_args
+    plan = plan_run(spec)
+    device_type = plan.device_type
 
-    tokenizer_path = resolve_tokenizer(spec.tokenizer)
-    dataset = dataset_args(spec.corpus)
+    from .patches import apply_variant_patches
+
+    apply_variant_patches(spec.variant, device_type)
 
     rank0 = is_rank0()
     out = prepare_out_dir(out, overwrite) if rank0 else Path(out or "runs/_nonzero_rank")
-    result = RunResult(out=out, spec=spec)
+    result = RunResult(out=out, spec=spec, flavor=plan.flavor)
     manifest = out / "run.json"
 
     def write_manifest(status: str, **extra: Any) -> None:
         if rank0:
-            info = {"status": status, "spec": asdict(spec), "device": device_type, **extra}
+            info = {
+                "status": status,
+                "spec": asdict(spec),
+                "device": device_type,
+                "flavor": plan.flavor,
+                "shape": asdict(plan.shape),
+                "init_dir": str(plan.init_dir) if plan.init_dir else None,
+                **extra,
+            }
             manifest.write_text(json.dumps(info, indent=2))
 
     write_manifest("running")
@@ -319,12 +457,12 @@ def run(
     jsonl = None
     try:
         with single_process_group(), quiet_torchtitan(verbose):
-            config = trainer_config(spec, out, device_type, tokenizer_path, dataset)
-            trainer = config.build()
+            config = trainer_config(plan, out)
             if device_type == "cpu":
                 from .patches import patch_cpu_device
 
-                patch_cpu_device()  # modules torchtitan imported while building
+                patch_cpu_device()  # torchtitan modules imported while configuring
+            trainer = config.build()
             if rank0:
                 from torchtitan.components.metrics import LoggerContainer
 

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from qwen3_trn_helpers.errors import ConfigError, RunFolderError
+from qwen3_trn_helpers.errors import AssetError, ConfigError, RunFolderError
 from qwen3_trn_helpers.train import run
 
 LN_VOCAB = math.log(151936)
@@ -51,10 +51,15 @@ def test_out_folder_with_a_previous_run_is_refused(ten_step_random):
         ({"local_batch_size": -1}, "local_batch_size must be a positive integer"),
         ({"seq_len": 0}, "seq_len must be a positive integer"),
         ({"seq_len": 10**6}, "beyond the model's context"),
-        ({"init": "magic"}, "unknown init 'magic'"),
     ],
 )
 def test_bad_arguments_fail_before_training(kwargs, message, tmp_path):
     with pytest.raises(ConfigError, match=message):
         run(**{"out": tmp_path / "x", "progress": False, **kwargs})
+    assert not (tmp_path / "x").exists()
+
+
+def test_init_folder_missing_is_a_clear_error(tmp_path):
+    with pytest.raises(AssetError, match="checkpoint folder .* does not exist"):
+        run(init=str(tmp_path / "nope"), out=tmp_path / "x", progress=False)
     assert not (tmp_path / "x").exists()
