@@ -35,8 +35,8 @@ def hf_config(shape: Qwen3Shape):
         tie_word_embeddings=shape.tie_embeddings,
         attention_bias=False,
         bos_token_id=None,
-        eos_token_id=151645,
-        pad_token_id=151643,
+        eos_token_id=151645 if shape.vocab_size > 151645 else None,
+        pad_token_id=151643 if shape.vocab_size > 151643 else None,
         architectures=["Qwen3ForCausalLM"],
     )
 

@@ -182,6 +182,7 @@ def patch_hf_backend_rope_init() -> bool:
             recompute_rotary_inv_freq(self.model)
 
     setattr(init_states, _PATCHED, True)
+    init_states.__wrapped__ = original  # type: ignore[attr-defined]
     HFTransformerModel.init_states = init_states
     return True
 

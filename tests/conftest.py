@@ -27,3 +27,12 @@ def ten_step_random(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("ten_step") / "run"
     return run("native", steps=10, local_batch_size=1, init="random", out=out, progress=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_checkpoint(tmp_path_factory):
+    """A random tiny Qwen3 saved by transformers (rope_theta 5e6, tied embeddings)."""
+    from qwen3_trn_helpers.hf_checkpoint import make_random_hf_checkpoint
+    from qwen3_trn_helpers.variants import TINY
+
+    return make_random_hf_checkpoint(TINY, tmp_path_factory.mktemp("hf") / "tiny", seed=1)
