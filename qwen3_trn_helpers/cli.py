@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also log to TensorBoard (torchtitan's metrics option)",
     )
+    train.add_argument(
+        "--moe-impl",
+        default="blockwise",
+        choices=["blockwise", "grouped_mm"],
+        help="nki_moe experts: blockwise (NKI algorithm) or torchtitan's grouped_mm",
+    )
     train.add_argument("--no-progress", action="store_true")
     train.add_argument("--verbose", action="store_true", help="show torchtitan's log")
 
@@ -131,6 +137,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         seed=args.seed,
         device=args.device,
         tensorboard=args.tensorboard,
+        moe_impl=args.moe_impl,
         progress=not args.no_progress,
         verbose=args.verbose,
     )

@@ -44,6 +44,9 @@ class RunSpec:
     # FSDP's parameter dtype in forward/backward: torchtitan's default bf16 (what trn2
     # runs), or float32 for exact comparisons such as the parity check.
     mixed_precision: str = "bfloat16"
+    # nki_moe: "blockwise" (the NKI algorithm) or "grouped_mm" (torchtitan's own MoE
+    # experts, for comparison)
+    moe_impl: str = "blockwise"
 
     def validate(self) -> RunSpec:
         """Checks that need no imports and no files: fail fast, before anything loads."""
@@ -71,6 +74,10 @@ class RunSpec:
         if self.mixed_precision not in ("bfloat16", "float32"):
             raise ConfigError(
                 f"mixed_precision must be 'bfloat16' or 'float32', got {self.mixed_precision!r}"
+            )
+        if self.moe_impl not in ("blockwise", "grouped_mm"):
+            raise ConfigError(
+                f"moe_impl must be 'blockwise' or 'grouped_mm', got {self.moe_impl!r}"
             )
         if self.checkpoint_interval < 0:
             raise ConfigError(f"checkpoint_interval must be >= 0, got {self.checkpoint_interval!r}")
@@ -166,7 +173,9 @@ def plan_run(spec: RunSpec) -> Plan:
             hf_config_dir = cached_hf_config(shape)
 
     block = preset.moe_block_size if preset and preset.moe_block_size else 0
-    if shape.is_moe and not block:
+    if spec.moe_impl == "grouped_mm":
+        block = 0  # torchtitan's RoutedExperts instead of the blockwise ones
+    elif shape.is_moe and not block:
         block = 256 if device_type == "neuron" else 64
     flavor = preset.name if preset else f"hf:{init_dir.name}"
     return Plan(
@@ -284,7 +293,11 @@ def quiet_torchtitan(verbose: bool):
     root.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
-            for message in ("DTensor random operators", "'set_vital' is deprecated"):
+            for message in (
+                "DTensor random operators",
+                "'set_vital' is deprecated",
+                "In CPU autocast, but the target dtype is not supported",
+            ):
                 warnings.filterwarnings("ignore", message=message)
             yield
     finally:
@@ -385,6 +398,7 @@ def run(
     tensorboard: bool = False,
     checkpoint_interval: int = 0,
     mixed_precision: str = "bfloat16",
+    moe_impl: str = "blockwise",
     progress: bool = True,
     verbose: bool = False,
     on_step: Callable[[dict[str, Any]], None] | None = None,
@@ -410,6 +424,7 @@ def run(
         tensorboard=tensorboard,
         checkpoint_interval=checkpoint_interval,
         mixed_precision=mixed_precision,
+        moe_impl=moe_impl,
     )
     # Every input is checked before the run folder is made or a model is built.
     plan = plan_run(spec)

@@ -374,3 +374,61 @@ def model_spec(
         post_optimizer_build_fn=register_moe_load_balancing_hook,
         state_dict_adapter=Qwen3StateDictAdapter,
     )
+
+
+def count_parameters(variant: str, shape: Qwen3Shape) -> int:
+    """Parameters of the model a variant builds (on the meta device: no memory used)."""
+    import torch
+
+    with torch.device("meta"):
+        if variant == "transformers_v5":
+            from transformers import Qwen3ForCausalLM
+
+            from .hf_checkpoint import hf_config
+
+            model = Qwen3ForCausalLM(hf_config(shape))
+        else:
+            model = native_model_config(shape, moe_block_size=64 if shape.is_moe else 0).build()
+    return sum(p.numel() for p in model.parameters())  # a tied pair counts once
+
+
+#: How each variant runs attention and experts on each kind of machine.
+RUNS_ON = {
+    "native": (
+        "torchtitan Qwen3; attention: SDPA with a packed-document mask (our backend)",
+        "same model on `neuron`; FSDP/TP through torchtitan",
+    ),
+    "transformers_v5": (
+        "HF Qwen3 module in torchtitan; HF SDPA attention with the backend's dense mask",
+        "same HF module on `neuron`; torchtitan applies FSDP/TP to it",
+    ),
+    "nki_moe": (
+        "torchtitan Qwen3 MoE; experts: blockwise PyTorch reference (autograd)",
+        "experts on nki-library kernels (moe_cte forward, blockwise_mm_bwd backward)",
+    ),
+}
+
+
+def variant_table(device_type: str = "cpu") -> list[dict[str, object]]:
+    """One row per variant: its presets here and on trn2, sizes, and where things run."""
+    rows = []
+    for variant in VARIANTS:
+        here, trn2 = (PRESETS[p] for p in DEFAULT_PRESETS[variant])
+        rows.append(
+            {
+                "variant": variant,
+                "what": VARIANT_INFO[variant],
+                "preset here": here.name,
+                "params here": count_parameters(variant, here.shape),
+                "trn2 preset": trn2.name,
+                "trn2 params": count_parameters(variant, trn2.shape),
+                "layers": trn2.shape.n_layers,
+                "experts (top-k)": (
+                    f"{trn2.shape.n_experts} ({trn2.shape.top_k})" if trn2.shape.is_moe else "-"
+                ),
+                "trn2 layout": trn2.layout.describe(trn2.world_size),
+                "off Trainium": RUNS_ON[variant][0],
+                "on Trainium": RUNS_ON[variant][1],
+            }
+        )
+    return rows

@@ -35,3 +35,10 @@ def test_s03_ten_step_run(ten_step_random, tmp_path):
     curves = s03.compare_learning_rates(tmp_path, steps=3)
     assert set(curves) == {8e-4, 3e-3}
     assert all(len(v) == 3 and all(math.isfinite(x) for x in v) for v in curves.values())
+
+
+def test_s02_three_variants(tmp_path):
+    s02 = load("s02_three_variants")
+    blocks, padding = s02.exercise_1()
+    assert blocks == 255 and padding == 255 * 256 - 4096 * 8
+    assert s02.exercise_2(tmp_path).worst() <= 1e-4

@@ -27,8 +27,8 @@ def test_rope_patch_is_what_makes_transformers_v5_correct(tiny_hf_checkpoint, mo
     from torchtitan.experiments.transformers_modeling_backend.model import HFTransformerModel
 
     from qwen3_trn_helpers import patches
-    from qwen3_trn_helpers.parity import fixed_batch
     from qwen3_trn_helpers.assets import ensure_tokenizer
+    from qwen3_trn_helpers.parity import fixed_batch
 
     assert patches.hf_rotary_lacks_rope_init_fn()  # still needed with this transformers
     patches.patch_hf_backend_rope_init()

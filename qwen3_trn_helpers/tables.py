@@ -1,0 +1,41 @@
+"""Small HTML tables for notebook cells (no pandas needed, escapes its input)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from html import escape
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+class Table:
+    """Rows of dicts, shown as HTML in Jupyter and as aligned text elsewhere."""
+
+    def __init__(self, rows: Sequence[Mapping[str, object]], columns: Sequence[str] = ()):
+        self.rows = list(rows)
+        self.columns = list(columns) or (list(self.rows[0]) if self.rows else [])
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{escape(c)}</th>" for c in self.columns)
+        body = "".join(
+            "<tr>"
+            + "".join(f"<td>{escape(_fmt(r.get(c, '')))}</td>" for c in self.columns)
+            + "</tr>"
+            for r in self.rows
+        )
+        return f"<table><tr>{head}</tr>{body}</table>"
+
+    def __str__(self) -> str:
+        cells = [[_fmt(r.get(c, "")) for c in self.columns] for r in self.rows]
+        widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(self.columns)]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(self.columns, widths, strict=True))]
+        lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+        return "\n".join(lines)
+
+    __repr__ = __str__
