@@ -99,8 +99,30 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["blockwise", "grouped_mm"],
         help="nki_moe experts: blockwise (NKI algorithm) or torchtitan's grouped_mm",
     )
+    train.add_argument(
+        "--nproc",
+        type=_positive_int,
+        default=1,
+        help="ranks to launch through torchrun (trn2: 64, one per logical NeuronCore)",
+    )
     train.add_argument("--no-progress", action="store_true")
     train.add_argument("--verbose", action="store_true", help="show torchtitan's log")
+
+    repro = sub.add_parser(
+        "reproduce", help="10 steps from published weights and from random, vs AWS's numbers"
+    )
+    repro.add_argument("--variant", default="native", choices=VARIANTS)
+    repro.add_argument("--steps", type=_positive_int, default=10)
+    repro.add_argument("--out", default=None, help="folder (default: runs/<time>)")
+    repro.add_argument("--overwrite", action="store_true")
+    repro.add_argument("--device", default="auto", choices=DEVICE_TYPES)
+    repro.add_argument(
+        "--nproc",
+        type=_positive_int,
+        default=None,
+        help="ranks per run (default: 64 on trn2, 1 elsewhere)",
+    )
+    repro.add_argument("--no-progress", action="store_true")
 
     parity = sub.add_parser(
         "parity", help="compare fp32 logits of one HF Qwen3 folder: transformers, native, v5"
@@ -114,10 +136,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _launch_train(args: argparse.Namespace) -> int:
+    """``train --nproc N``: re-run this command on N ranks through torchrun."""
+    import subprocess
+
+    from .launch import shell_command, torchrun_command
+
+    argv = args.argv
+    i = argv.index("train")
+    rest = [a for a in argv[i + 1 :]]
+    j = next(k for k, a in enumerate(rest) if a == "--nproc" or a.startswith("--nproc="))
+    del rest[j : j + (1 if "=" in rest[j] else 2)]
+    cmd = torchrun_command(args.nproc, rest)
+    print(f"launching: {shell_command(cmd)}", flush=True)
+    return subprocess.call(cmd)
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from .plots import save_loss_plot
     from .train import is_rank0, run
 
+    if args.nproc > 1 and "LOCAL_RANK" not in os.environ:
+        if args.out is None:
+            print(
+                "error: --nproc needs --out (every rank must write to one folder)", file=sys.stderr
+            )
+            return EXIT_USAGE
+        return _launch_train(args)
     if args.verbose:
         from torchtitan.tools.logging import init_logger
 
@@ -181,6 +226,28 @@ def _cmd_assets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_reproduce(args: argparse.Namespace) -> int:
+    from .reproduce import reproduce
+    from .tables import Table
+
+    rep = reproduce(
+        args.variant,
+        steps=args.steps,
+        out=args.out,
+        device=args.device,
+        nproc=args.nproc,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+    )
+    print(Table(rep.step_rows()))
+    print()
+    print(Table(rep.summary_rows()))
+    print(f"\n{rep.device_type}, {rep.nproc} rank(s), wall {rep.wall_s:.1f}s")
+    print(f"figure:  {rep.figure_path}")
+    print(f"summary: {rep.out / 'summary.json'}")
+    return 0
+
+
 def _cmd_parity(args: argparse.Namespace) -> int:
     from .parity import parity
 
@@ -193,17 +260,37 @@ def _cmd_parity(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "train": _cmd_train,
+    "reproduce": _cmd_reproduce,
     "parity": _cmd_parity,
     "doctor": _cmd_doctor,
     "assets": _cmd_assets,
 }
 
 
+def _wants_hub_weights(args: argparse.Namespace) -> bool:
+    """Published weights from the hub: a hub preset, or any pretrained run on trn2."""
+    if args.command == "reproduce":
+        from .device import neuron_available
+
+        return neuron_available()
+    if args.command != "train" or args.init != "pretrained":
+        return False
+    from .variants import PRESETS
+
+    if args.preset is not None:
+        return PRESETS[args.preset].hub_id is not None
+    from .device import neuron_available
+
+    return neuron_available()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     from .corpus import HUB_DATASETS
 
-    if getattr(args, "corpus", None) not in HUB_DATASETS:
+    if getattr(args, "corpus", None) not in HUB_DATASETS and not _wants_hub_weights(args):
         # Offline unless the user asked for something that lives on the hub; without
         # this a missing local file turns into ~50 s of hub retries.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -18,10 +18,22 @@ from .variants import Qwen3Shape
 
 
 def hf_config(shape: Qwen3Shape):
-    """A transformers ``Qwen3Config`` with exactly ``shape``'s numbers."""
-    from transformers import Qwen3Config
+    """A transformers ``Qwen3Config`` (or ``Qwen3MoeConfig``) with exactly ``shape``'s numbers."""
+    from transformers import Qwen3Config, Qwen3MoeConfig
 
-    return Qwen3Config(
+    moe = {}
+    if shape.is_moe:
+        moe = dict(
+            num_experts=shape.n_experts,
+            num_experts_per_tok=shape.top_k,
+            moe_intermediate_size=shape.moe_hidden_dim,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+        )
+    cls = Qwen3MoeConfig if shape.is_moe else Qwen3Config
+    return cls(
+        **moe,
         vocab_size=shape.vocab_size,
         hidden_size=shape.dim,
         intermediate_size=shape.hidden_dim,
@@ -37,7 +49,7 @@ def hf_config(shape: Qwen3Shape):
         bos_token_id=None,
         eos_token_id=151645 if shape.vocab_size > 151645 else None,
         pad_token_id=151643 if shape.vocab_size > 151643 else None,
-        architectures=["Qwen3ForCausalLM"],
+        architectures=["Qwen3MoeForCausalLM" if shape.is_moe else "Qwen3ForCausalLM"],
     )
 
 
@@ -96,10 +108,22 @@ def expected_shapes(shape: Qwen3Shape) -> dict[str, tuple[int, ...]]:
             p + "self_attn.o_proj.weight": (s.dim, q),
             p + "self_attn.q_norm.weight": (s.head_dim,),
             p + "self_attn.k_norm.weight": (s.head_dim,),
-            p + "mlp.gate_proj.weight": (s.hidden_dim, s.dim),
-            p + "mlp.up_proj.weight": (s.hidden_dim, s.dim),
-            p + "mlp.down_proj.weight": (s.dim, s.hidden_dim),
         }
+        if not s.is_moe:
+            out |= {
+                p + "mlp.gate_proj.weight": (s.hidden_dim, s.dim),
+                p + "mlp.up_proj.weight": (s.hidden_dim, s.dim),
+                p + "mlp.down_proj.weight": (s.dim, s.hidden_dim),
+            }
+            continue
+        out[p + "mlp.gate.weight"] = (s.n_experts, s.dim)
+        for e in range(s.n_experts):  # the published per-expert layout
+            q = f"{p}mlp.experts.{e}."
+            out |= {
+                q + "gate_proj.weight": (s.moe_hidden_dim, s.dim),
+                q + "up_proj.weight": (s.moe_hidden_dim, s.dim),
+                q + "down_proj.weight": (s.dim, s.moe_hidden_dim),
+            }
     return out
 
 

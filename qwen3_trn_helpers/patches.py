@@ -230,3 +230,28 @@ def apply_variant_patches(variant: str, device_type: str) -> list[str]:
         if device_type == "cpu":
             patch_cpu_device()  # the backend's modules copied torchtitan's device globals
     return applied
+
+
+# --- multi-rank on CPU --------------------------------------------------------------
+
+
+def force_sum_reduction_for_gloo(model_parts: list[torch.nn.Module]) -> int:
+    """Make FSDP2 reduce gradients with SUM, the only reduction gloo offers.
+
+    Why: torchtitan normalises the loss by the global token count and so sets FSDP's
+    gradient divide factor to 1; FSDP2 then reduce-scatters with
+    ``ReduceOp.PREMUL_SUM(1.0)``, which NCCL (and Neuron's backend) implement and gloo
+    does not ("Cannot use ReduceOp.PREMUL_SUM with Gloo"). FSDP2's public
+    ``set_force_sum_reduction_for_comms`` switches to SUM followed by the same (x1)
+    scaling: identical gradients. Only for CPU runs with more than one rank.
+    Returns the number of FSDP modules changed.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    count = 0
+    for part in model_parts:
+        for module in part.modules():
+            if isinstance(module, FSDPModule):
+                module.set_force_sum_reduction_for_comms(True)
+                count += 1
+    return count

@@ -27,12 +27,25 @@ def loss_figure(
     """
     fig = _figure()
     ax = fig.add_subplot()
+    colors = []
     for label, records in curves.items():
         steps = [r["step"] for r in records]
         losses = [r["loss"] for r in records]
-        ax.plot(steps, losses, marker="o", markersize=3, label=label)
-    for label, value in (reference or {}).items():
-        ax.plot([1], [value], marker="*", markersize=12, linestyle="none", label=label)
+        (line,) = ax.plot(steps, losses, marker="o", markersize=3, label=label)
+        colors.append(line.get_color())
+    # The i-th reference point (a step-1 loss) takes the i-th curve's colour.
+    for i, (label, value) in enumerate((reference or {}).items()):
+        color = colors[i] if i < len(colors) else None
+        ax.plot(
+            [1],
+            [value],
+            marker="*",
+            markersize=13,
+            linestyle="none",
+            label=label,
+            color=color,
+            markeredgecolor="black",
+        )
     if ln_vocab is not None:
         ax.axhline(
             ln_vocab, color="grey", linestyle=":", linewidth=1, label=f"ln(vocab) = {ln_vocab:.2f}"

@@ -47,6 +47,10 @@ class RunSpec:
     # nki_moe: "blockwise" (the NKI algorithm) or "grouped_mm" (torchtitan's own MoE
     # experts, for comparison)
     moe_impl: str = "blockwise"
+    # Save the final weights as a Hugging Face folder (safetensors), via torchtitan's
+    # checkpointer and the model's state-dict adapter: how the CPU "published"
+    # checkpoint is made.
+    export_hf: bool = False
 
     def validate(self) -> RunSpec:
         """Checks that need no imports and no files: fail fast, before anything loads."""
@@ -308,6 +312,18 @@ def is_rank0() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
+def tensor_parallel_degree(plan: Plan) -> int:
+    """The preset's TP degree when launched at the preset's world size, else 1.
+
+    FSDP (``data_parallel_shard_degree=-1``) takes whatever ranks TP leaves: 64 ranks at
+    TP 4 give FSDP 16 for the 4B preset; a 2-rank CPU run is FSDP 2.
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if plan.preset is not None and world == plan.preset.world_size:
+        return plan.preset.layout.tp
+    return 1
+
+
 def trainer_config(plan: Plan, out: Path):
     """The ``Trainer.Config`` for a plan, shaped like torchtitan's registry entries."""
     from torchtitan.components.checkpoint import CheckpointManager
@@ -325,13 +341,15 @@ def trainer_config(plan: Plan, out: Path):
     attention = "flex" if plan.device_type == "cuda" else "sdpa"
     mspec = model_spec(spec.variant, plan.shape, plan.flavor, attention, plan.moe_block_size)
     dataset_name, dataset_path = plan.dataset
+    saves = bool(spec.checkpoint_interval or spec.export_hf)
     checkpoint = CheckpointManager.Config(
-        enable=bool(plan.init_dir or spec.checkpoint_interval),
-        load_only=not spec.checkpoint_interval,
+        enable=bool(plan.init_dir or saves),
+        load_only=not saves,
         interval=spec.checkpoint_interval or 10**9,
         initial_load_path=str(plan.init_dir) if plan.init_dir else None,
         initial_load_in_hf=plan.init_dir is not None,
-        last_save_model_only=False,
+        last_save_model_only=spec.export_hf,
+        last_save_in_hf=spec.export_hf,
     )
     kwargs: dict[str, Any] = dict(
         model_spec=mspec,
@@ -356,7 +374,7 @@ def trainer_config(plan: Plan, out: Path):
             steps=spec.steps,
             mixed_precision_param=spec.mixed_precision,
         ),
-        parallelism=ParallelismConfig(),
+        parallelism=ParallelismConfig(tensor_parallel_degree=tensor_parallel_degree(plan)),
         checkpoint=checkpoint,
         activation_checkpoint=None,
         comm=CommConfig(trace_buf_size=0),
@@ -399,6 +417,9 @@ def run(
     checkpoint_interval: int = 0,
     mixed_precision: str = "bfloat16",
     moe_impl: str = "blockwise",
+    warmup_steps: int = 2,
+    export_hf: bool = False,
+    label: str | None = None,
     progress: bool = True,
     verbose: bool = False,
     on_step: Callable[[dict[str, Any]], None] | None = None,
@@ -425,6 +446,8 @@ def run(
         checkpoint_interval=checkpoint_interval,
         mixed_precision=mixed_precision,
         moe_impl=moe_impl,
+        warmup_steps=warmup_steps,
+        export_hf=export_hf,
     )
     # Every input is checked before the run folder is made or a model is built.
     plan = plan_run(spec)
@@ -458,7 +481,8 @@ def run(
     if progress and rank0:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=spec.steps, desc=f"{spec.variant}/{spec.init}", unit="step")
+        desc = label or f"{spec.variant}/{Path(spec.init).name}"
+        bar = tqdm(total=spec.steps, desc=desc, unit="step")
 
     def step_done(record: dict[str, Any]) -> None:
         if bar is not None:
@@ -478,6 +502,10 @@ def run(
 
                 patch_cpu_device()  # torchtitan modules imported while configuring
             trainer = config.build()
+            if device_type == "cpu" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+                from .patches import force_sum_reduction_for_gloo
+
+                force_sum_reduction_for_gloo(trainer.model_parts)
             if rank0:
                 from torchtitan.components.metrics import LoggerContainer
 
