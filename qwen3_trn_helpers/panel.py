@@ -1,0 +1,100 @@
+"""An ipywidgets panel: pick a variant, an init and a step count, press Run, watch the loss.
+
+All the logic is here (tested by driving the widgets from Python: ``panel.run_button
+.click()``); the notebook cell only displays the panel. The plot is an ``Image`` widget
+re-rendered after every step, so no ``clear_output`` juggling is needed.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as w
+
+from .errors import Qwen3TrnError
+from .variants import VARIANTS
+
+
+def render_png(records: list[dict[str, Any]], title: str) -> bytes:
+    from .plots import loss_figure
+
+    fig = loss_figure({title: records}, ln_vocab=math.log(151936), title=title)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+class TrainingPanel:
+    """Widgets + the callback that trains with :func:`qwen3_trn_helpers.train.run`."""
+
+    def __init__(self, out_root: str | Path = "runs/panel", run_fn: Callable | None = None):
+        from .train import run
+
+        self.run_fn = run_fn or run
+        self.out_root = Path(out_root)
+        self.variant = w.Dropdown(options=list(VARIANTS), value="native", description="variant")
+        self.init = w.ToggleButtons(
+            options=["random", "pretrained"], value="random", description="init"
+        )
+        self.steps = w.IntSlider(value=10, min=1, max=50, description="steps")
+        self.run_button = w.Button(description="Run", button_style="primary", icon="play")
+        self.progress = w.IntProgress(value=0, min=0, max=10, description="step 0")
+        self.status = w.HTML(value="Press <b>Run</b> to train.")
+        self.plot = w.Image(format="png", layout=w.Layout(width="640px"))
+        self.results: list[Any] = []
+        self.run_button.on_click(self._on_click)
+        self.widget = w.VBox(
+            [
+                w.HBox([self.variant, self.steps]),
+                self.init,
+                w.HBox([self.run_button, self.progress]),
+                self.status,
+                self.plot,
+            ]
+        )
+
+    def _on_step(self, records: list[dict[str, Any]], title: str, record: dict[str, Any]):
+        records.append(record)
+        self.progress.value = record["step"]
+        self.progress.description = f"step {record['step']}"
+        self.status.value = f"step {record['step']}: loss <b>{record['loss']:.3f}</b>"
+        self.plot.value = render_png(records, title)
+
+    def _on_click(self, _button: w.Button | None = None) -> None:
+        variant, init, steps = self.variant.value, self.init.value, self.steps.value
+        title = f"{variant}, {init} init"
+        records: list[dict[str, Any]] = []
+        self.run_button.disabled = True
+        self.progress.max, self.progress.value = steps, 0
+        self.status.value = f"training {title} for {steps} steps..."
+        if init == "pretrained":
+            self.status.value += " (first time on CPU: making the local checkpoint, ~2 min)"
+        out = self.out_root / f"{len(self.results) + 1:02d}-{variant}-{init}"
+        try:
+            result = self.run_fn(
+                variant,
+                init=init,
+                steps=steps,
+                local_batch_size=1,
+                out=out,
+                overwrite=True,
+                progress=False,
+                on_step=lambda r: self._on_step(records, title, r),
+            )
+        except Qwen3TrnError as e:
+            self.status.value = f"<span style='color:#b00'>error: {e}</span>"
+            return
+        finally:
+            self.run_button.disabled = False
+        self.results.append(result)
+        self.status.value = (
+            f"done: {len(result.metrics)} steps, loss {result.losses[0]:.3f} -> "
+            f"{result.losses[-1]:.3f} ({result.wall_s:.1f} s); metrics in {result.metrics_path}"
+        )
+
+    def _repr_mimebundle_(self, **kwargs: Any):
+        return self.widget._repr_mimebundle_(**kwargs)
