@@ -324,6 +324,14 @@ def tensor_parallel_degree(plan: Plan) -> int:
     return 1
 
 
+def activation_checkpoint_config(plan: Plan):
+    """torchtitan's AC policy named by the preset (none for the tiny CPU presets)."""
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+
+    kind = plan.preset.activation_checkpoint if plan.preset is not None else "none"
+    return {"none": None, "selective": SelectiveAC.Config(), "full": FullAC.Config()}[kind]
+
+
 def trainer_config(plan: Plan, out: Path):
     """The ``Trainer.Config`` for a plan, shaped like torchtitan's registry entries."""
     from torchtitan.components.checkpoint import CheckpointManager
@@ -376,7 +384,7 @@ def trainer_config(plan: Plan, out: Path):
         ),
         parallelism=ParallelismConfig(tensor_parallel_degree=tensor_parallel_degree(plan)),
         checkpoint=checkpoint,
-        activation_checkpoint=None,
+        activation_checkpoint=activation_checkpoint_config(plan),
         comm=CommConfig(trace_buf_size=0),
         debug=DebugConfig(seed=spec.seed),
     )

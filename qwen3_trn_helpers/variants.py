@@ -124,6 +124,9 @@ class Preset:
     layout: Layout = field(default_factory=Layout)
     world_size: int = 1
     moe_block_size: int = 0  # nki_moe: tokens per block
+    # torchtitan activation checkpointing: "none", "selective" or "full"; the trn2 presets
+    # need it to fit 24 GiB per logical core at seq 4096 (see scaling.memory_per_core)
+    activation_checkpoint: str = "none"
 
 
 TINY = Qwen3Shape(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=32, hidden_dim=384)
@@ -182,6 +185,7 @@ PRESETS: dict[str, Preset] = {
         seq_len=4096,
         layout=Layout(tp=4, fsdp=16),
         world_size=64,
+        activation_checkpoint="selective",
     ),
     "30b-a3b": Preset(
         name="30b-a3b",
@@ -192,6 +196,7 @@ PRESETS: dict[str, Preset] = {
         layout=Layout(tp=1, fsdp=64),
         world_size=64,
         moe_block_size=256,
+        activation_checkpoint="full",
     ),
 }
 
