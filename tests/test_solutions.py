@@ -28,13 +28,12 @@ def test_s01_device_registration():
     assert 0 < err < 1  # bf16 keeps ~3 significant digits of values ~ +-20
 
 
-def test_s03_ten_step_run(ten_step_random, tmp_path):
+def test_s03_ten_step_run(ten_step_random):
     s03 = load("s03_ten_step_run")
     mean = s03.mean_step_time(ten_step_random.metrics_path)
     assert 0 < mean < ten_step_random.metrics[0]["step_time_s"] * 5
-    curves = s03.compare_learning_rates(tmp_path, steps=3)
-    assert set(curves) == {8e-4, 3e-3}
-    assert all(len(v) == 3 and all(math.isfinite(x) for x in v) for v in curves.values())
+    drop = s03.drop_per_step(ten_step_random.losses)
+    assert math.isfinite(drop) and drop < 0
 
 
 def test_s02_three_variants(tmp_path):
