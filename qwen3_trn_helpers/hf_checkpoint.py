@@ -118,11 +118,11 @@ def expected_shapes(shape: Qwen3Shape) -> dict[str, tuple[int, ...]]:
             continue
         out[p + "mlp.gate.weight"] = (s.n_experts, s.dim)
         for e in range(s.n_experts):  # the published per-expert layout
-            q = f"{p}mlp.experts.{e}."
+            x = f"{p}mlp.experts.{e}."
             out |= {
-                q + "gate_proj.weight": (s.moe_hidden_dim, s.dim),
-                q + "up_proj.weight": (s.moe_hidden_dim, s.dim),
-                q + "down_proj.weight": (s.dim, s.moe_hidden_dim),
+                x + "gate_proj.weight": (s.moe_hidden_dim, s.dim),
+                x + "up_proj.weight": (s.moe_hidden_dim, s.dim),
+                x + "down_proj.weight": (s.dim, s.moe_hidden_dim),
             }
     return out
 

@@ -112,10 +112,10 @@ def ensure_local_published(variant: str, preset, progress: bool = True) -> Path:
     return make_local_published(variant, preset, progress)
 
 
-def resolve_pretrained(variant: str, preset, device_type: str) -> Path:
+def resolve_pretrained(variant: str, preset, device_type: str, progress: bool = True) -> Path:
     """A Hugging Face folder with the preset's published weights."""
     if preset.hub_id is not None:
         from .hub import download_checkpoint
 
         return download_checkpoint(preset.hub_id)
-    return ensure_local_published(variant, preset)
+    return ensure_local_published(variant, preset, progress)

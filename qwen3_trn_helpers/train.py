@@ -108,7 +108,7 @@ def _looks_like_path(init: str) -> bool:
     return init not in INITS
 
 
-def plan_run(spec: RunSpec) -> Plan:
+def plan_run(spec: RunSpec, progress: bool = False) -> Plan:
     """Resolve and check every input; raises a Qwen3TrnError naming the fix."""
     from .assets import resolve_tokenizer, tokenizer_vocab_size
     from .corpus import dataset_args
@@ -131,7 +131,7 @@ def plan_run(spec: RunSpec) -> Plan:
         if spec.init == "pretrained":
             from .published import resolve_pretrained
 
-            init_dir = resolve_pretrained(spec.variant, preset, device_type)
+            init_dir = resolve_pretrained(spec.variant, preset, device_type, progress)
         else:
             init_dir = Path(spec.init).expanduser()
         shape, source = check_hf_checkpoint(init_dir), f"checkpoint {init_dir}"
@@ -458,7 +458,7 @@ def run(
         export_hf=export_hf,
     )
     # Every input is checked before the run folder is made or a model is built.
-    plan = plan_run(spec)
+    plan = plan_run(spec, progress=progress)
     device_type = plan.device_type
 
     from .patches import apply_variant_patches

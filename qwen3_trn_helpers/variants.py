@@ -80,7 +80,9 @@ class Qwen3Shape:
             rope_theta = cfg.get("rope_theta")
             if rope_theta is None:  # transformers v5 writes rope_parameters instead
                 rope_theta = (cfg.get("rope_parameters") or {}).get("rope_theta", 1e6)
-            n_experts = int(cfg.get("num_experts") or 0)
+            # the hub's Qwen3 MoE configs say num_experts; transformers v5 writes
+            # num_local_experts
+            n_experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
             return cls(
                 dim=cfg["hidden_size"],
                 n_layers=cfg["num_hidden_layers"],
