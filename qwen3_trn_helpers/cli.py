@@ -105,6 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="ranks to launch through torchrun (trn2: 64, one per logical NeuronCore)",
     )
+    train.add_argument(
+        "--checkpoint-interval",
+        type=int,
+        default=0,
+        help="save a torchtitan checkpoint every N steps (for --resume)",
+    )
+    train.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from its latest checkpoint"
+    )
     train.add_argument("--no-progress", action="store_true")
     train.add_argument("--verbose", action="store_true", help="show torchtitan's log")
 
@@ -183,6 +192,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         device=args.device,
         tensorboard=args.tensorboard,
         moe_impl=args.moe_impl,
+        checkpoint_interval=args.checkpoint_interval,
+        resume=args.resume,
         progress=not args.no_progress,
         verbose=args.verbose,
     )

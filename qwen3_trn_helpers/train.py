@@ -51,6 +51,7 @@ class RunSpec:
     # checkpointer and the model's state-dict adapter: how the CPU "published"
     # checkpoint is made.
     export_hf: bool = False
+    resume: bool = False  # continue from the latest checkpoint in the run folder
 
     def validate(self) -> RunSpec:
         """Checks that need no imports and no files: fail fast, before anything loads."""
@@ -85,6 +86,11 @@ class RunSpec:
             )
         if self.checkpoint_interval < 0:
             raise ConfigError(f"checkpoint_interval must be >= 0, got {self.checkpoint_interval!r}")
+        if self.resume and not self.checkpoint_interval:
+            raise ConfigError(
+                "resume needs checkpoints: pass the run's checkpoint_interval "
+                "(--checkpoint-interval N) again"
+            )
         return self
 
 
@@ -212,6 +218,42 @@ class RunResult:
     @property
     def losses(self) -> list[float]:
         return [m["loss"] for m in self.metrics]
+
+
+def latest_checkpoint_step(out: Path) -> int:
+    """The newest step torchtitan saved under ``out/checkpoint`` (0 if none)."""
+    steps = [
+        int(p.name.split("-", 1)[1])
+        for p in (Path(out) / "checkpoint").glob("step-*")
+        if p.name.split("-", 1)[1].isdigit()
+    ]
+    return max(steps, default=0)
+
+
+def prepare_resume_dir(out: str | Path | None) -> tuple[Path, int]:
+    """Keep the metrics of every step up to the newest checkpoint; drop the rest.
+
+    Steps after the checkpoint were trained by the interrupted run but will be trained
+    again from the checkpoint, so their lines would otherwise appear twice.
+    """
+    if out is None:
+        raise ConfigError("resume needs --out: the folder of the run to continue")
+    out = Path(out)
+    step = latest_checkpoint_step(out)
+    if step == 0:
+        raise RunFolderError(
+            f"nothing to resume in {out}: it has no checkpoint/step-N folder; run with "
+            "--checkpoint-interval N to save checkpoints"
+        )
+    metrics = out / "metrics.jsonl"
+    if metrics.exists():
+        from .metrics import read_metrics
+
+        kept = [r for r in read_metrics(metrics) if r["step"] <= step]
+        tmp = metrics.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        tmp.replace(metrics)
+    return out, step
 
 
 def prepare_out_dir(out: str | Path | None, overwrite: bool = False) -> Path:
@@ -428,6 +470,7 @@ def run(
     warmup_steps: int = 2,
     export_hf: bool = False,
     label: str | None = None,
+    resume: bool = False,
     progress: bool = True,
     verbose: bool = False,
     on_step: Callable[[dict[str, Any]], None] | None = None,
@@ -456,6 +499,7 @@ def run(
         moe_impl=moe_impl,
         warmup_steps=warmup_steps,
         export_hf=export_hf,
+        resume=resume,
     )
     # Every input is checked before the run folder is made or a model is built.
     plan = plan_run(spec, progress=progress)
@@ -466,7 +510,13 @@ def run(
     apply_variant_patches(spec.variant, device_type)
 
     rank0 = is_rank0()
-    out = prepare_out_dir(out, overwrite) if rank0 else Path(out or "runs/_nonzero_rank")
+    resumed_from = 0
+    if not rank0:
+        out = Path(out or "runs/_nonzero_rank")
+    elif spec.resume:
+        out, resumed_from = prepare_resume_dir(out)
+    else:
+        out = prepare_out_dir(out, overwrite)
     result = RunResult(out=out, spec=spec, flavor=plan.flavor)
     manifest = out / "run.json"
 
@@ -490,7 +540,7 @@ def run(
         from tqdm.auto import tqdm
 
         desc = label or f"{spec.variant}/{Path(spec.init).name}"
-        bar = tqdm(total=spec.steps, desc=desc, unit="step")
+        bar = tqdm(total=spec.steps, initial=resumed_from, desc=desc, unit="step")
 
     def step_done(record: dict[str, Any]) -> None:
         if bar is not None:
@@ -535,8 +585,9 @@ def run(
             except RuntimeError as e:
                 if "Loss is not finite" in str(e):
                     bad_step = trainer.step
+                    value = str(e).split("global_avg_loss=")[-1].split(")")[0]
                     raise TrainingError(
-                        f"loss became NaN/inf at step {bad_step}; stopped there. "
+                        f"loss became {value} at step {bad_step}; stopped there. "
                         f"metrics.jsonl holds steps 1-{bad_step - 1}. Lower --lr or check "
                         "the corpus and checkpoint",
                         step=bad_step,
@@ -561,6 +612,9 @@ def run(
 
             result.metrics = read_metrics(out / "metrics.jsonl")
         write_manifest(
-            result.status, steps_completed=len(result.metrics), wall_s=round(result.wall_s, 3)
+            result.status,
+            steps_completed=len(result.metrics),
+            resumed_from_step=resumed_from,
+            wall_s=round(result.wall_s, 3),
         )
     return result
