@@ -1,16 +1,8 @@
-"""Shared test setup: offline, quiet, and one asset cache for the whole session."""
+"""Shared fixtures (the offline environment is set by the root conftest.py)."""
 
 from __future__ import annotations
 
-import os
-
-# Before anything imports huggingface_hub: no test may touch the model hub.
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["HF_DATASETS_OFFLINE"] = "1"
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-os.environ.setdefault("MPLBACKEND", "Agg")
-
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture(scope="session")

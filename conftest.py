@@ -1,0 +1,39 @@
+"""Repository-wide pytest setup: offline everywhere, and a per-notebook time table.
+
+Lives at the root so it covers both ``tests/`` and the nbval-collected ``notebooks/``
+(nbval kernels inherit this process's environment).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+# No test and no notebook may touch the model hub.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+_NOTEBOOK_SECONDS: dict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    if path.endswith(".ipynb"):
+        _NOTEBOOK_SECONDS[path] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if not _NOTEBOOK_SECONDS:
+        return
+    terminalreporter.section("notebook run times (nbval, all cells)")
+    for path, seconds in sorted(_NOTEBOOK_SECONDS.items()):
+        terminalreporter.write_line(f"{seconds:7.1f} s  {path}")
+    artifacts = Path(os.environ.get("QWEN3_TRN_ARTIFACTS", "artifacts"))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    (artifacts / "notebook-times.json").write_text(
+        json.dumps({p: round(s, 1) for p, s in sorted(_NOTEBOOK_SECONDS.items())}, indent=2)
+    )
