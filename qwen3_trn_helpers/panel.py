@@ -44,7 +44,9 @@ class TrainingPanel:
         self.run_button = w.Button(description="Run", button_style="primary", icon="play")
         self.progress = w.IntProgress(value=0, min=0, max=10, description="step 0")
         self.status = w.HTML(value="Press <b>Run</b> to train.")
-        self.plot = w.Image(format="png", layout=w.Layout(width="640px"))
+        self.plot = w.Image(
+            value=render_png([], "no run yet"), format="png", layout=w.Layout(width="640px")
+        )
         self.results: list[Any] = []
         self.run_button.on_click(self._on_click)
         self.widget = w.VBox(

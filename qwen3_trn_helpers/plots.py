@@ -1,16 +1,30 @@
-"""Loss curves with matplotlib, saved as PNG (headless-safe: Agg when no display)."""
+"""Loss curves with matplotlib, saved as PNG and shown inline in notebooks (no pyplot)."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from matplotlib.figure import Figure
 
-def _figure():
-    from matplotlib.figure import Figure
 
-    return Figure(figsize=(7, 4), dpi=110, layout="constrained")
+class NotebookFigure(Figure):
+    """A Figure that shows itself as PNG in Jupyter without pyplot.
+
+    IPython registers its matplotlib formatter only once pyplot is imported; these
+    figures never touch pyplot's global state, so they bring their own PNG repr.
+    """
+
+    def _repr_png_(self) -> bytes:
+        buf = io.BytesIO()
+        self.savefig(buf, format="png")
+        return buf.getvalue()
+
+
+def _figure() -> NotebookFigure:
+    return NotebookFigure(figsize=(7, 4), dpi=110, layout="constrained")
 
 
 def loss_figure(
