@@ -37,8 +37,13 @@ def test_environment_yml_agrees_with_pyproject():
 
 def test_notebooks_exist_in_order():
     names = [p.stem for p in NOTEBOOKS]
-    assert names[:2] == ["00_preflight", "01_device_registration"]
-    assert "03_ten_step_run" in names
+    assert names == [
+        "00_preflight",
+        "01_device_registration",
+        "02_three_variants",
+        "03_ten_step_run",
+        "04_scaling_to_trn2",
+    ]
 
 
 MAGIC = re.compile(r"^\s*[!%]", re.M)
