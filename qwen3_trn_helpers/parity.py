@@ -74,7 +74,10 @@ def torchtitan_logits(variant: str, init_dir: Path, tokens: torch.Tensor) -> tor
         config = trainer_config(plan, Path(out))
         if plan.device_type == "cpu":
             patch_cpu_device()
-        trainer = config.build()
+        from .patches import keep_transformers_init_global
+
+        with keep_transformers_init_global():
+            trainer = config.build()
         try:
             trainer.checkpointer.load(step=config.checkpoint.load_step)
             model = trainer.model_parts[0]

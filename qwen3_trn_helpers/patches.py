@@ -13,6 +13,7 @@ from __future__ import annotations
 import platform
 import resource
 import sys
+from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
@@ -255,3 +256,39 @@ def force_sum_reduction_for_gloo(model_parts: list[torch.nn.Module]) -> int:
                 module.set_force_sum_reduction_for_comms(True)
                 count += 1
     return count
+
+
+@contextmanager
+def keep_transformers_init_global():
+    """Undo, on exit, the transformers-wide init patches torchtitan's backend installs.
+
+    Why: building a transformers-backend model (torchtitan 0.3.0,
+    ``HFTransformerModel._patch_hf_llama_like``) replaces
+    ``PreTrainedModel._init_weights`` and ``_initialize_weights`` for *every* transformers
+    model in the process, and wraps the decoder layer's ``__init__`` again on each build.
+    Its replacement does not initialise rotary ``inv_freq`` buffers, so any model loaded
+    later with plain ``from_pretrained`` in the same process gets broken RoPE (seen as
+    a 0.4-0.5 logit error in our parity check after one transformers_v5 run). The
+    backend needs the patches only while the Trainer builds and initialises its model,
+    so we restore the originals once that is done.
+    """
+    from transformers import modeling_utils
+    from transformers.models.qwen3 import modeling_qwen3
+    from transformers.models.qwen3_moe import modeling_qwen3_moe
+
+    pretrained = modeling_utils.PreTrainedModel
+    saved = [
+        (pretrained, "_init_weights", pretrained.__dict__["_init_weights"]),
+        (pretrained, "_initialize_weights", pretrained.__dict__["_initialize_weights"]),
+    ]
+    for module, name in (
+        (modeling_qwen3, "Qwen3DecoderLayer"),
+        (modeling_qwen3_moe, "Qwen3MoeDecoderLayer"),
+    ):
+        cls = getattr(module, name)
+        saved.append((cls, "__init__", cls.__dict__["__init__"]))
+    try:
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)

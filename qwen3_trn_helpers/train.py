@@ -559,7 +559,10 @@ def run(
                 from .patches import patch_cpu_device
 
                 patch_cpu_device()  # torchtitan modules imported while configuring
-            trainer = config.build()
+            from .patches import keep_transformers_init_global
+
+            with keep_transformers_init_global():
+                trainer = config.build()
             if device_type == "cpu" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
                 from .patches import force_sum_reduction_for_gloo
 

@@ -112,3 +112,23 @@ def test_presets_are_consistent():
         assert layout.tp * fsdp == preset.world_size
         s = preset.shape
         assert s.n_heads % layout.tp == 0 and s.n_kv_heads % layout.tp == 0
+
+
+def test_transformers_v5_runs_leave_transformers_init_alone(tmp_path, monkeypatch):
+    """torchtitan's backend patches transformers' init process-wide; we undo it."""
+    import contextlib
+
+    from transformers.modeling_utils import PreTrainedModel
+
+    from qwen3_trn_helpers import patches
+
+    original = PreTrainedModel.__dict__["_init_weights"]
+    run("transformers_v5", steps=1, out=tmp_path / "kept", progress=False)
+    assert PreTrainedModel.__dict__["_init_weights"] is original
+    # still needed: without the guard the backend leaves its replacement behind
+    guard = patches.keep_transformers_init_global
+    monkeypatch.setattr(patches, "keep_transformers_init_global", contextlib.nullcontext)
+    with guard():  # the outer guard cleans up after the unguarded run
+        run("transformers_v5", steps=1, out=tmp_path / "leaked", progress=False)
+        assert PreTrainedModel.__dict__["_init_weights"] is not original
+    assert PreTrainedModel.__dict__["_init_weights"] is original
