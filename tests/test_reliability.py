@@ -40,6 +40,9 @@ def test_ctrl_c_leaves_valid_metrics_for_every_completed_step(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a job started in the background by a non-interactive shell (as CI may be)
+        # inherits SIGINT ignored; give the child the default a terminal user has
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     metrics = out / "metrics.jsonl"
     deadline = time.time() + 180
