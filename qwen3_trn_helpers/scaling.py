@@ -7,7 +7,6 @@ the presets fit. CI cannot check them against hardware.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from .variants import Preset, get_preset
@@ -162,7 +161,3 @@ def trn2_launch_command(
         f"--variant {variant} --preset {preset} --init {init} --steps {steps} "
         f"--local-batch-size 1 --out runs/trn2-{variant}-{init}"
     )
-
-
-def ceil_div(a: int, b: int) -> int:
-    return math.ceil(a / b)
