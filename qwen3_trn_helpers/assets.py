@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,7 +86,8 @@ QWEN3_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
     ("</think>", False),
 )
 FIRST_ADDED_ID = 151643
-QWEN3_MODEL_VOCAB = 151936  # embedding rows in every Qwen3 checkpoint (padded)
+PAD_ID = 151643  # <|endoftext|>
+EOS_ID = 151645  # <|im_end|>, the end-of-sequence token of the 2507 Instruct models
 
 #: What Qwen3-4B-Instruct-2507's tokenizer_config.json says about its special tokens.
 TOKENIZER_CONFIG = {
@@ -110,6 +112,35 @@ def cache_dir() -> Path:
         return Path(os.environ["QWEN3_TRN_CACHE"]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "qwen3-trn"
+
+
+def cached_folder(target: Path, build: Callable[[Path], object], marker: str) -> Path:
+    """``target`` once it holds ``marker``; else built by ``build(tmp)`` and renamed.
+
+    Every cached asset (tokenizer, corpus, configs, the local "published" checkpoints)
+    is written this way: into a temporary sibling first, then renamed in one step, so
+    an interrupted build never leaves a half-written folder that looks complete; a file
+    lock makes a second process wait for the first instead of building it again.
+    """
+    from filelock import FileLock
+
+    if (target / marker).exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # one builder at a time (parallel tests, a notebook beside a CLI run); the others
+    # wait and then find the folder built
+    with FileLock(str(target.parent / f".{target.name}.lock")):
+        if (target / marker).exists():
+            return target
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        try:
+            build(tmp)
+            if not (tmp / marker).exists():
+                raise AssetError(f"building {target} wrote no {marker}")
+            tmp.rename(target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
 
 
 def sha256_of(path: Path) -> str:
@@ -195,22 +226,13 @@ def tokenizer_dir() -> Path:
 
 def ensure_tokenizer() -> Path:
     """The cached offline Qwen3 tokenizer folder, built on first use (about 10 s)."""
-    target = tokenizer_dir()
-    if (target / "tokenizer.json").exists() and (target / "tokenizer_config.json").exists():
-        return target
-    vocab = fetch_pinned_file(QWEN_VOCAB, cache_dir() / "downloads")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=target.parent))
-    try:
-        build_qwen3_tokenizer(vocab, tmp)
-        try:
-            tmp.rename(target)
-        except OSError:  # another process finished first: keep theirs
-            if not (target / "tokenizer.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return cached_folder(
+        tokenizer_dir(),
+        lambda tmp: build_qwen3_tokenizer(
+            fetch_pinned_file(QWEN_VOCAB, cache_dir() / "downloads"), tmp
+        ),
+        marker="tokenizer_config.json",
+    )
 
 
 def resolve_tokenizer(source: str | Path | None) -> Path:

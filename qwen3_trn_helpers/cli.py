@@ -1,7 +1,9 @@
 """``qwen3-trn``: the command line the README, CI and torchrun use.
 
-Mistakes end in one ``error: ...`` line and a non-zero exit; ``--debug`` shows the
-traceback instead.
+The ``train`` flags are generated from :class:`~.training.spec.RunSpec`'s fields, so a
+run parameter, its default and its help are written once. Mistakes end in one
+``error: ...`` line and a non-zero exit; ``--debug`` (before or after the command) shows
+the traceback instead. ``--help`` and argument errors import nothing heavy.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import MISSING, fields
+from typing import Any
 
 from .errors import Qwen3TrnError
 
@@ -23,186 +27,153 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"error: {message} (see '{self.prog} --help')\n")
 
 
-def _positive_int(text: str) -> int:
+def _number(kind: type, least: int | None, text: str):
+    """Parse an int or float flag; ``least`` 1 means positive, 0 non-negative."""
+    words = {1: "a positive integer", 0: "a non-negative integer", None: "an integer"}
     try:
-        value = int(text)
+        value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
+        what = words[least] if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if kind is float and least is not None and not value > 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    if kind is int and least is not None and value < least:
+        raise argparse.ArgumentTypeError(f"must be {words[least]}, got {value}")
     return value
+
+
+def add_spec_arguments(parser: argparse.ArgumentParser, only: Sequence[str] | None = None) -> None:
+    """One flag per RunSpec field (or the fields in ``only``), from the field itself."""
+    from .training.spec import RunSpec
+
+    for f in fields(RunSpec):
+        if only is not None and f.name not in only:
+            continue
+        meta, flag = f.metadata, "--" + f.name.replace("_", "-")
+        help_text = meta.get("help", "")
+        default = None if f.default is MISSING else f.default
+        if f.type == "bool":
+            parser.add_argument(flag, action="store_true", default=default, help=help_text)
+            continue
+        kwargs: dict[str, Any] = {"default": default, "help": help_text}
+        if "choices" in meta:
+            kwargs["choices"] = list(meta["choices"])
+        if f.type.startswith(("int", "float")):
+            kind = int if f.type.startswith("int") else float
+            least = 1 if meta.get("positive") else 0 if meta.get("non_negative") else None
+            kwargs["type"] = lambda text, k=kind, m=least: _number(k, m, text)
+            kwargs["metavar"] = "N" if kind is int else "X"
+        if default is not None and "choices" not in meta:
+            kwargs["help"] += f" (default: {default})"
+        parser.add_argument(flag, **kwargs)
+
+
+def spec_from_args(args: argparse.Namespace, **extra: Any):
+    from .training.spec import RunSpec
+
+    values = {f.name: getattr(args, f.name) for f in fields(RunSpec) if hasattr(args, f.name)}
+    return RunSpec(**{**values, **extra})
+
+
+#: reproduce takes these run parameters; init is what it varies
+REPRODUCE_FIELDS = (
+    "variant", "preset", "steps", "seq_len", "corpus", "lr", "seed", "device", "nproc",
+    "attention", "out", "overwrite",
+)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .device import DEVICE_TYPES
-    from .train import INITS
-    from .variants import PRESETS, VARIANTS
-
     parser = _Parser(prog="qwen3-trn", description=__doc__.splitlines()[0])
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show tracebacks")  # fmt: skip
+    parser.add_argument("--debug", action="store_true", default=False, help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    quiet = argparse.ArgumentParser(add_help=False)
+    quiet.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    train = sub.add_parser("train", help="train N steps; writes metrics.jsonl and loss.png")
-    train.add_argument("--variant", default="native", choices=VARIANTS)
-    train.add_argument(
-        "--preset",
-        default=None,
-        choices=list(PRESETS),
-        help="model size (default: tiny/tiny_moe off Trainium, 4b/30b-a3b on trn2)",
+    train = sub.add_parser(
+        "train", parents=[debug, quiet], help="train N steps; writes metrics.jsonl and loss.png"
     )
-    train.add_argument("--steps", type=_positive_int, default=10)
-    train.add_argument("--local-batch-size", type=_positive_int, default=1)
-    train.add_argument(
-        "--seq-len",
-        type=_positive_int,
-        default=None,
-        help="tokens per sample (default: the preset's)",
-    )
-    train.add_argument(
-        "--init",
-        default="random",
-        help=f"{' | '.join(INITS)} | DIR (a Hugging Face Qwen3 folder)",
-    )
-    train.add_argument("--out", default=None, help="run folder (default: runs/<time>)")
-    train.add_argument("--overwrite", action="store_true", help="replace a previous run in --out")
-    train.add_argument(
-        "--corpus",
-        default="embedded",
-        help="'embedded', 'c4' (hub, trn2), or a .txt/.jsonl file or folder",
-    )
-    train.add_argument(
-        "--tokenizer",
-        default=None,
-        help="folder with tokenizer.json (default: offline Qwen3 tokenizer)",
-    )
-    train.add_argument("--lr", type=_positive_float, default=8e-4)
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--device", default="auto", choices=DEVICE_TYPES)
-    train.add_argument(
-        "--tensorboard",
-        action="store_true",
-        help="also log to TensorBoard (torchtitan's metrics option)",
-    )
-    train.add_argument(
-        "--moe-impl",
-        default="blockwise",
-        choices=["blockwise", "grouped_mm"],
-        help="nki_moe experts: blockwise (NKI algorithm) or torchtitan's grouped_mm",
-    )
-    train.add_argument(
-        "--nproc",
-        type=_positive_int,
-        default=1,
-        help="ranks to launch through torchrun (trn2: 64, one per logical NeuronCore)",
-    )
-    train.add_argument(
-        "--checkpoint-interval",
-        type=int,
-        default=0,
-        help="save a torchtitan checkpoint every N steps (for --resume)",
-    )
-    train.add_argument(
-        "--resume", action="store_true", help="continue the run in --out from its latest checkpoint"
-    )
-    train.add_argument("--no-progress", action="store_true")
+    add_spec_arguments(train)
     train.add_argument("--verbose", action="store_true", help="show torchtitan's log")
 
     repro = sub.add_parser(
-        "reproduce", help="10 steps from published weights and from random, vs AWS's numbers"
+        "reproduce",
+        parents=[debug, quiet],
+        help="10 steps from published weights and from random init, vs AWS's numbers",
     )
-    repro.add_argument("--variant", default="native", choices=VARIANTS)
-    repro.add_argument("--steps", type=_positive_int, default=10)
-    repro.add_argument("--out", default=None, help="folder (default: runs/<time>)")
-    repro.add_argument("--overwrite", action="store_true")
-    repro.add_argument("--device", default="auto", choices=DEVICE_TYPES)
-    repro.add_argument(
-        "--nproc",
-        type=_positive_int,
-        default=None,
-        help="ranks per run (default: 64 on trn2, 1 elsewhere)",
-    )
-    repro.add_argument("--no-progress", action="store_true")
+    add_spec_arguments(repro, REPRODUCE_FIELDS)
 
     parity = sub.add_parser(
-        "parity", help="compare fp32 logits of one HF Qwen3 folder: transformers, native, v5"
+        "parity",
+        parents=[debug],
+        help="fp32 logits of one HF Qwen3 folder: transformers vs native vs transformers_v5",
     )
     parity.add_argument("--init", required=True, help="a Hugging Face Qwen3 folder")
-    parity.add_argument("--seq-len", type=_positive_int, default=64)
-    parity.add_argument("--tolerance", type=_positive_float, default=1e-4)
+    parity.add_argument(
+        "--seq-len", type=lambda t: _number(int, 1, t), default=64, help="tokens (default 64)"
+    )
+    parity.add_argument(
+        "--tolerance", type=lambda t: _number(float, 0, t), default=1e-4, help="max |diff|"
+    )
 
-    sub.add_parser("doctor", help="print what this machine offers for training")
-    sub.add_parser("assets", help="build and verify the offline tokenizer and corpus")
+    dry = sub.add_parser(
+        "dry-run",
+        parents=[debug],
+        help="build a trn2 preset at its real size on 64 simulated ranks (torchtitan's fake "
+        "backend) on this CPU, one step: parameters and memory per rank",
+    )
+    add_spec_arguments(dry, ("variant", "preset", "seq_len", "nproc", "moe_impl"))
+    dry.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+
+    smoke = sub.add_parser(
+        "smoke",
+        parents=[debug],
+        help="what a trn2 user runs first: each rung in its own process, pass/fail/skip",
+    )
+    smoke.add_argument("--json", action="store_true", help="print the rungs as JSON")
+    smoke.add_argument("--out", default="smoke", help="folder for smoke.json and run logs")
+    smoke.add_argument("--full", action="store_true", help="also the 64-rank 4b rung")
+
+    sub.add_parser("doctor", parents=[debug], help="what this machine offers for training")
+    sub.add_parser("assets", parents=[debug], help="build and verify the offline tokenizer/corpus")
     return parser
 
 
-def _launch_train(args: argparse.Namespace) -> int:
-    """``train --nproc N``: re-run this command on N ranks through torchrun."""
-    import subprocess
-
-    from .launch import shell_command, torchrun_command
-
-    argv = args.argv
-    i = argv.index("train")
-    rest = [a for a in argv[i + 1 :]]
-    j = next(k for k, a in enumerate(rest) if a == "--nproc" or a.startswith("--nproc="))
-    del rest[j : j + (1 if "=" in rest[j] else 2)]
-    cmd = torchrun_command(args.nproc, rest)
-    print(f"launching: {shell_command(cmd)}", flush=True)
-    return subprocess.call(cmd)
-
-
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .plots import save_loss_plot
-    from .train import is_rank0, run
+    from .device import resolve_device
+    from .lessons.plots import save_loss_plot
+    from .training.published import resolve_init
+    from .training.rendezvous import launched_by_torchrun, rank, world_size
 
-    if args.nproc > 1 and "LOCAL_RANK" not in os.environ:
-        if args.out is None:
-            print(
-                "error: --nproc needs --out (every rank must write to one folder)", file=sys.stderr
-            )
-            return EXIT_USAGE
-        return _launch_train(args)
-    if args.verbose:
-        from torchtitan.tools.logging import init_logger
+    spec = spec_from_args(args)
+    if launched_by_torchrun():  # one of the ranks: torchrun says how many there are
+        spec = spec.replace(nproc=world_size())
+    spec.validate()
+    device = resolve_device(spec.device)
+    _set_offline(spec, device)
+    if spec.nproc > 1 and not launched_by_torchrun():
+        from .training.launch import launch, shell_command, torchrun_command
 
-        init_logger()
-    result = run(
-        args.variant,
-        preset=args.preset,
-        steps=args.steps,
-        local_batch_size=args.local_batch_size,
-        seq_len=args.seq_len,
-        init=args.init,
-        out=args.out,
-        overwrite=args.overwrite,
-        corpus=args.corpus,
-        tokenizer=args.tokenizer,
-        lr=args.lr,
-        seed=args.seed,
-        device=args.device,
-        tensorboard=args.tensorboard,
-        moe_impl=args.moe_impl,
-        checkpoint_interval=args.checkpoint_interval,
-        resume=args.resume,
-        progress=not args.no_progress,
-        verbose=args.verbose,
-    )
-    if not is_rank0():
-        return 0
+        spec = resolve_init(spec, device, not args.no_progress)  # once, not once per rank
+        print(f"launching: {shell_command(torchrun_command(spec))}", flush=True)
+        result = launch(spec, device)
+    else:
+        if args.verbose:
+            from torchtitan.tools.logging import init_logger
+
+            init_logger()
+        from .training.train import train
+
+        spec = resolve_init(spec, device, not args.no_progress)
+        result = train(spec, progress=not args.no_progress, verbose=args.verbose)
+        if rank() != 0:
+            return 0
     png = save_loss_plot(
-        {f"{args.variant} / {args.init}": result.metrics},
+        {f"{spec.variant} / {args.init}": result.metrics},
         result.out / "loss.png",
-        title=f"Qwen3 {args.variant}, {result.flavor}",
+        title=f"Qwen3 {spec.variant}, {spec.preset or 'default preset'}",
     )
     first, last = result.losses[0], result.losses[-1]
     print(
@@ -213,15 +184,73 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_reproduce(args: argparse.Namespace) -> int:
+    from .device import resolve_device
+    from .lessons.reproduce import reproduce
+    from .lessons.tables import Table
+
+    spec = spec_from_args(args).validate()
+    _set_offline(spec.replace(init="pretrained"), resolve_device(spec.device))
+    rep = reproduce(spec, progress=not args.no_progress)
+    print(Table(rep.step_rows()))
+    print()
+    print(Table(rep.summary_rows()))
+    print(f"\n{rep.device_type}, {rep.nproc} rank(s), wall {rep.wall_s:.1f}s")
+    print(f"figure:  {rep.figure_path}")
+    print(f"summary: {rep.out / 'summary.json'}")
+    return 0
+
+
+def _cmd_parity(args: argparse.Namespace) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from .lessons.parity import parity
+
+    report = parity(args.init, seq_len=args.seq_len)
+    print(report)
+    ok = report.worst() <= args.tolerance
+    print(f"{'PASS' if ok else 'FAIL'}: worst {report.worst():.3e} vs tolerance {args.tolerance:g}")
+    return 0 if ok else EXIT_FAILED
+
+
+def _cmd_dry_run(args: argparse.Namespace) -> int:
+    import json
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from .lessons.tables import Table
+    from .training.dryrun import dry_run
+
+    spec = spec_from_args(args)
+    report = dry_run(spec)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(Table(report.rows()))
+    return 0 if report.fits else EXIT_FAILED
+
+
+def _cmd_smoke(args: argparse.Namespace) -> int:
+    import json
+
+    from .smoke import run_ladder
+
+    ladder = run_ladder(args.out, full=args.full, echo=not args.json)
+    if args.json:
+        print(json.dumps(ladder.to_json(), indent=2))
+    return 0 if ladder.passed else EXIT_FAILED
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from .device import device_report
+    from .lessons.preflight import cpu_matmul_peak
 
     report = device_report()
     print(report)
     if not report.on_trainium:
+        gflops = cpu_matmul_peak() / 1e9
+        print(f"\nmeasured bf16 matmul peak of this CPU: {gflops:,.0f} GFLOP/s (2048^3, 3 runs)")
         print(
-            "\nNo Trainium here: notebooks run the tiny CPU preset; the trn2 cells "
-            "explain what they would do and skip."
+            "No Trainium here: the notebooks train the tiny presets on this machine and "
+            "explain the trn2 cells; `qwen3-trn dry-run` builds the trn2 layouts on a CPU."
         )
     return 0
 
@@ -237,74 +266,27 @@ def _cmd_assets(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_reproduce(args: argparse.Namespace) -> int:
-    from .reproduce import reproduce
-    from .tables import Table
-
-    rep = reproduce(
-        args.variant,
-        steps=args.steps,
-        out=args.out,
-        device=args.device,
-        nproc=args.nproc,
-        overwrite=args.overwrite,
-        progress=not args.no_progress,
-    )
-    print(Table(rep.step_rows()))
-    print()
-    print(Table(rep.summary_rows()))
-    print(f"\n{rep.device_type}, {rep.nproc} rank(s), wall {rep.wall_s:.1f}s")
-    print(f"figure:  {rep.figure_path}")
-    print(f"summary: {rep.out / 'summary.json'}")
-    return 0
-
-
-def _cmd_parity(args: argparse.Namespace) -> int:
-    from .parity import parity
-
-    report = parity(args.init, seq_len=args.seq_len)
-    print(report)
-    ok = report.worst() <= args.tolerance
-    print(f"{'PASS' if ok else 'FAIL'}: worst {report.worst():.3e} vs tolerance {args.tolerance:g}")
-    return 0 if ok else EXIT_FAILED
-
-
 COMMANDS = {
     "train": _cmd_train,
     "reproduce": _cmd_reproduce,
     "parity": _cmd_parity,
+    "dry-run": _cmd_dry_run,
+    "smoke": _cmd_smoke,
     "doctor": _cmd_doctor,
     "assets": _cmd_assets,
 }
 
 
-def _wants_hub_weights(args: argparse.Namespace) -> bool:
-    """Published weights from the hub: a hub preset, or any pretrained run on trn2."""
-    if args.command == "reproduce":
-        from .device import neuron_available
-
-        return neuron_available()
-    if args.command != "train" or args.init != "pretrained":
-        return False
-    from .variants import PRESETS
-
-    if args.preset is not None:
-        return PRESETS[args.preset].hub_id is not None
-    from .device import neuron_available
-
-    return neuron_available()
+def _set_offline(spec, device_type: str) -> None:
+    """Offline unless the run needs the hub: a missing local file is then an error at
+    once, not ~50 s of hub retries. Set before transformers or the hub client load."""
+    if not spec.needs_hub(device_type):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    args.argv = argv
-    from .corpus import HUB_DATASETS
-
-    if getattr(args, "corpus", None) not in HUB_DATASETS and not _wants_hub_weights(args):
-        # Offline unless the user asked for something that lives on the hub; without
-        # this a missing local file turns into ~50 s of hub retries.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         return COMMANDS[args.command](args)
     except Qwen3TrnError as e:

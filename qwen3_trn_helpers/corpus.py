@@ -6,9 +6,13 @@ add a dataset):
 - ``embedded`` (default): the docstrings of a fixed list of Python standard-library
   modules. English technical prose that every Python install already has, so nothing is
   downloaded. Written once to the cache as JSON lines (one document per module).
+  ``embedded-pretrain`` is the same text without its first ``HELD_OUT`` documents: the
+  local "published" checkpoints are pretrained on it, so a run on ``embedded`` starts on
+  text the pretrained model has never seen.
 - local files: a ``.txt`` file (one document), a ``.jsonl`` file (one document per line,
   field ``text``), or a folder of them.
-- ``c4`` (trn2): torchtitan's own entry, streamed from the Hugging Face hub.
+- any dataset in torchtitan's own registry by name, e.g. ``c4`` (what AWS's trn2 runs
+  train on), streamed from the Hugging Face hub.
 """
 
 from __future__ import annotations
@@ -19,11 +23,14 @@ import json
 import sys
 from pathlib import Path
 
-from .assets import cache_dir
+from .assets import cache_dir, cached_folder
 from .errors import AssetError
 
 EMBEDDED = "embedded"
-HUB_DATASETS = ("c4", "c4_validation")
+EMBEDDED_PRETRAIN = "embedded-pretrain"
+#: documents at the start of the embedded corpus that pretraining never sees (about
+#: 40k tokens: the first ~150 steps of a 256-token, batch-1 run)
+HELD_OUT = 4
 
 #: Modules whose docstrings make the embedded corpus; order is the document order.
 EMBEDDED_MODULES = (
@@ -101,7 +108,7 @@ EMBEDDED_MODULES = (
     "zipfile",
 )
 
-CORPUS_FORMAT = 1
+CORPUS_FORMAT = 2
 
 
 def _module_text(name: str) -> str:
@@ -131,21 +138,30 @@ def _module_text(name: str) -> str:
     return "\n\n".join(p for p in parts if p.strip())
 
 
-def embedded_corpus_path() -> Path:
+def _write_embedded(folder: Path) -> None:
+    lines = []
+    for name in EMBEDDED_MODULES:
+        text = _module_text(name)
+        if text:
+            lines.append(json.dumps({"source": name, "text": text}) + "\n")
+    (folder / "pretrain.jsonl").write_text("".join(lines[HELD_OUT:]))
+    (folder / "docs.jsonl").write_text("".join(lines))
+
+
+def embedded_corpus_path(split: str = EMBEDDED) -> Path:
     """The embedded corpus as JSON lines, written to the cache on first use (~1 s)."""
     version = f"{sys.version_info.major}{sys.version_info.minor}"
-    path = cache_dir() / f"corpus-stdlib-py{version}-v{CORPUS_FORMAT}.jsonl"
-    if path.exists():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        for name in EMBEDDED_MODULES:
-            text = _module_text(name)
-            if text:
-                f.write(json.dumps({"source": name, "text": text}) + "\n")
-    tmp.replace(path)
-    return path
+    folder = cached_folder(
+        cache_dir() / f"corpus-stdlib-py{version}-v{CORPUS_FORMAT}",
+        _write_embedded,
+        marker="docs.jsonl",
+    )
+    return folder / ("pretrain.jsonl" if split == EMBEDDED_PRETRAIN else "docs.jsonl")
+
+
+def is_local(corpus: str | Path) -> bool:
+    """The embedded corpus or a file/folder on disk; anything else names a hub dataset."""
+    return str(corpus) in (EMBEDDED, EMBEDDED_PRETRAIN) or Path(corpus).expanduser().exists()
 
 
 def _files_in(path: Path) -> list[Path]:
@@ -206,11 +222,13 @@ def register_datasets() -> None:
 
 def dataset_args(corpus: str | Path) -> tuple[str, str | None]:
     """(torchtitan dataset name, dataset_path) for a ``--corpus`` value."""
+    from torchtitan.hf_datasets.text_datasets import DATASETS
+
     register_datasets()
     corpus = str(corpus)
-    if corpus == EMBEDDED:
-        return "qwen3_trn_text", str(embedded_corpus_path())
-    if corpus in HUB_DATASETS:
-        return corpus, None
+    if corpus in (EMBEDDED, EMBEDDED_PRETRAIN):
+        return "qwen3_trn_text", str(embedded_corpus_path(corpus))
+    if not is_local(corpus) and corpus in DATASETS:
+        return corpus, None  # torchtitan's own entry (e.g. c4, streamed from the hub)
     read_documents(corpus)  # fail now, with a clear message, not inside the dataloader
     return "qwen3_trn_text", corpus

@@ -1,17 +1,27 @@
 """Which device this machine trains on, and a report a notebook can show.
 
-TorchNeuron registers Trainium with PyTorch through the PrivateUse1 mechanism: after
-``import torch`` (the backend autoloads since PyTorch 2.9) the PrivateUse1 backend is
-renamed ``neuron`` and ``torch.neuron`` is its device module. torchtitan reads the same
-registry (``torch._utils._get_available_device_type``), so on trn2 it picks ``neuron``
-by itself. We never fake that registration: on a machine without Trainium the report
-says ``cpu`` (or ``cuda``) and the Neuron-only cells say so.
+TorchNeuron registers Trainium with PyTorch through the PrivateUse1 mechanism: when
+``import torch`` autoloads it (PyTorch's device-backend autoload, since 2.5), the
+PrivateUse1 backend is renamed ``neuron`` and ``torch.neuron`` is its device module.
+torchtitan reads the same registry (``torch._utils._get_available_device_type``), so on
+trn2 it picks ``neuron`` by itself. We never fake that registration: on a machine without
+Trainium the report says ``cpu`` (or ``cuda``) and the Neuron-only cells say so.
+
+Nothing here starts the Neuron runtime. torch-neuronx starts it on the first call that
+needs a device (``get_device_properties``, a tensor on ``neuron``, a kernel) and then
+keeps its NeuronCores until the process exits; it also refuses to build a process group
+once the runtime is up. ``is_available()`` and ``device_count()`` only ask the runtime
+library how many cores are visible, so a notebook may call them; names, memory and the
+rest of the report come from ``neuron-ls --json-output`` in a child process.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import shutil
+import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -41,8 +51,23 @@ def neuron_available() -> bool:
         return False
 
 
+def other_accelerator() -> str | None:
+    """An accelerator torch sees that this course does not train on (e.g. Apple's mps)."""
+    import torch
+
+    if not torch.accelerator.is_available():
+        return None
+    kind = torch.accelerator.current_accelerator().type
+    return None if kind in ("cuda", "neuron") else kind
+
+
 def detect_device_type() -> str:
-    """neuron, else cuda, else cpu: the order a trn2 user expects."""
+    """neuron, else cuda, else cpu: the order a trn2 user expects.
+
+    Other accelerators (a Mac's ``mps``) train on the CPU: torchtitan's FSDP and our
+    patches are written for neuron, cuda and cpu, and the tiny presets are fast enough
+    on a laptop CPU. :func:`device_note` says so where it matters.
+    """
     import torch
 
     if neuron_available():
@@ -52,13 +77,26 @@ def detect_device_type() -> str:
     return "cpu"
 
 
+def device_note() -> str | None:
+    """One line for the user when the device we train on is not the obvious one."""
+    other = other_accelerator()
+    if other is None:
+        return None
+    return (
+        f"torch sees a {other!r} accelerator; this course trains on neuron, cuda or the "
+        "CPU, so the tiny models train on the CPU here (seconds per step)"
+    )
+
+
 def resolve_device(requested: str = "auto") -> str:
     """Turn a ``--device`` value into the device type to use, or say why it can't be."""
     if requested not in DEVICE_TYPES:
         raise DeviceError(f"unknown device {requested!r}; choose one of {', '.join(DEVICE_TYPES)}")
+    if requested == "cpu":
+        return "cpu"
     detected = detect_device_type()
-    if requested == "auto" or requested == detected or requested == "cpu":
-        return detected if requested == "auto" else requested
+    if requested in ("auto", detected):
+        return detected
     if requested == "neuron":
         import torch
 
@@ -78,25 +116,22 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _device_name(device_type: str) -> str:
-    import torch
+def neuron_ls() -> list[dict] | None:
+    """``neuron-ls --json-output``: one object per Trainium chip (None without the tool).
 
-    if device_type == "neuron":
-        props = torch.neuron.get_device_properties()  # type: ignore[attr-defined]
-        return str(getattr(props, "name", "neuron"))
-    if device_type == "cuda":
-        return torch.cuda.get_device_name()
-    return platform.processor() or platform.machine() or "cpu"
-
-
-def _device_count(device_type: str) -> int:
-    import torch
-
-    if device_type == "neuron":
-        return int(torch.neuron.device_count())  # type: ignore[attr-defined]
-    if device_type == "cuda":
-        return torch.cuda.device_count()
-    return 1
+    Runs in a child process, so the Neuron runtime is not started in this one.
+    """
+    tool = shutil.which("neuron-ls")
+    if tool is None:
+        return None
+    try:
+        proc = subprocess.run(
+            [tool, "--json-output"], capture_output=True, text=True, timeout=60, check=True
+        )
+        devices = json.loads(proc.stdout)
+    except (subprocess.SubprocessError, json.JSONDecodeError, OSError):
+        return None
+    return devices if isinstance(devices, list) else None
 
 
 @dataclass(frozen=True)
@@ -109,12 +144,14 @@ class DeviceReport:
     privateuse1_backend: str
     accelerator: str | None
     logical_nc_config: str | None
+    neuron_chips: int | None
     python: str
     torch: str
     torch_neuronx: str | None
     torchtitan: str | None
     transformers: str | None
     cpu_count: int
+    note: str | None
 
     @property
     def on_trainium(self) -> bool:
@@ -128,34 +165,51 @@ class DeviceReport:
         return "\n".join(f"{k:<{width}}  {v}" for k, v in self.rows())
 
     def _repr_html_(self) -> str:
-        body = "".join(f"<tr><td><b>{k}</b></td><td>{v}</td></tr>" for k, v in self.rows())
+        from html import escape
+
+        body = "".join(
+            f"<tr><td><b>{escape(k)}</b></td><td>{escape(v)}</td></tr>" for k, v in self.rows()
+        )
         return f"<table>{body}</table>"
 
 
 def device_report() -> DeviceReport:
-    """Collect the report; cheap, and safe on machines without any accelerator."""
+    """Collect the report: cheap, safe without an accelerator, never starts the runtime."""
     import torch
 
     device_type = detect_device_type()
     accelerator = None
-    if hasattr(torch, "accelerator") and torch.accelerator.is_available():
+    if torch.accelerator.is_available():
         accelerator = str(torch.accelerator.current_accelerator())
     lnc = os.environ.get("NEURON_LOGICAL_NC_CONFIG")
-    if lnc is None and device_type == "neuron":
-        lnc = "2 (trn2 default)"
+    chips = None
+    if device_type == "neuron":
+        count = int(torch.neuron.device_count())  # type: ignore[attr-defined]
+        devices = neuron_ls() or []
+        chips = len(devices) or None
+        name = f"Trainium ({chips} chips)" if chips else "Trainium"
+        if lnc is None:
+            configs = {d.get("logical_neuroncore_config") for d in devices}
+            lnc = f"{configs.pop()} (runtime default)" if len(configs) == 1 else "2 (trn2 default)"
+    elif device_type == "cuda":
+        name, count = torch.cuda.get_device_name(), torch.cuda.device_count()
+    else:
+        name, count = platform.processor() or platform.machine() or "cpu", 1
     return DeviceReport(
         device_type=device_type,
-        device_name=_device_name(device_type),
-        device_count=_device_count(device_type),
+        device_name=name,
+        device_count=count,
         privateuse1_backend=privateuse1_backend_name(),
         accelerator=accelerator,
         logical_nc_config=lnc,
+        neuron_chips=chips,
         python=sys.version.split()[0],
         torch=torch.__version__,
         torch_neuronx=_version("torch-neuronx"),
         torchtitan=_version("torchtitan"),
         transformers=_version("transformers"),
         cpu_count=os.cpu_count() or 1,
+        note=device_note(),
     )
 
 
@@ -176,5 +230,5 @@ def registration_facts() -> dict[str, object]:
         "autoload enabled (TORCH_DEVICE_BACKEND_AUTOLOAD)": os.environ.get(
             "TORCH_DEVICE_BACKEND_AUTOLOAD", "1"
         )
-        != "0",
+        == "1",
     }

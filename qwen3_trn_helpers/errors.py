@@ -35,3 +35,15 @@ class TrainingError(Qwen3TrnError):
 
 class RunFolderError(Qwen3TrnError):
     """The output folder already holds another run's metrics."""
+
+
+class NonFiniteLoss(TrainingError):
+    """The loss became NaN or infinite; training stopped at that step."""
+
+    def __init__(self, step: int, value: float) -> None:
+        super().__init__(
+            f"loss became {value} at step {step}; stopped there, metrics.jsonl holds every "
+            "step before it. Lower --lr, or check the corpus and the checkpoint",
+            step=step,
+        )
+        self.value = value

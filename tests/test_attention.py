@@ -1,11 +1,11 @@
-"""The CPU attention backend computes packed-document causal attention exactly."""
+"""The SDPA attention backends compute packed-document causal attention exactly."""
 
 import math
 
 import torch
 from torchtitan.models.common.attention import create_varlen_metadata_for_document
 
-from qwen3_trn_helpers.attention import DocumentMaskedSDPA
+from qwen3_trn_helpers.model.attention import DocumentMaskedSDPA
 
 
 def naive_attention(q, k, v, positions):
@@ -23,10 +23,10 @@ def naive_attention(q, k, v, positions):
     return out
 
 
-def test_matches_naive_document_causal_attention():
+def _check(positions):
     torch.manual_seed(0)
-    B, L, N, KV, H = 2, 12, 4, 2, 8
-    positions = torch.tensor([list(range(5)) + list(range(7)), list(range(12))])
+    B, L = positions.shape
+    N, KV, H = 4, 2, 8
     q, k, v = (torch.randn(B, L, n, H, requires_grad=True) for n in (N, KV, KV))
     meta = create_varlen_metadata_for_document(positions)
     attn = DocumentMaskedSDPA.Config().build()
@@ -37,3 +37,18 @@ def test_matches_naive_document_causal_attention():
     (g_out,) = torch.autograd.grad(out.square().sum(), q)
     (g_ref,) = torch.autograd.grad(ref.square().sum(), q)
     torch.testing.assert_close(g_out, g_ref, atol=1e-4, rtol=1e-4)
+    return meta
+
+
+def test_several_documents_per_sample_use_the_mask():
+    positions = torch.tensor([list(range(5)) + list(range(7)), list(range(12))])
+    meta = _check(positions)
+    # the mask was built once and is shared by every layer of the forward pass
+    assert DocumentMaskedSDPA._last is not None and DocumentMaskedSDPA._last[0] is meta.cu_seq_q
+
+
+def test_one_document_per_sample_is_plain_causal():
+    DocumentMaskedSDPA._last = None
+    positions = torch.arange(12).expand(2, 12)
+    _check(positions)
+    assert DocumentMaskedSDPA._last is None  # is_causal path: no mask built at all

@@ -48,11 +48,17 @@ def test_train_writes_metrics_and_plot(tmp_path):
         (["train", "--seq-len", "1000000", "--steps", "1"], "beyond the model's context"),
         (["train", "--device", "neuron", "--steps", "1"], "no Trainium device is visible"),
         (["train", "--corpus", "/no/such/file.txt", "--steps", "1"], "does not exist"),
+        (["train", "--nproc", "2", "--out", ""], "needs --out"),
+        (["train", "--attention", "flex", "--steps", "1"], "FlexAttention"),
         (["fly"], "invalid choice: 'fly'"),
     ],
 )
 def test_bad_input_is_one_error_line(args, message, tmp_path):
-    proc = cli(*args, "--out", str(tmp_path / "o")) if args[0] == "train" else cli(*args)
+    if args[0] == "train" and "--out" not in args:
+        args = [*args, "--out", str(tmp_path / "o")]
+    if args[-2:] == ["--out", ""]:
+        args = args[:-2]
+    proc = cli(*args)
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
@@ -64,3 +70,9 @@ def test_doctor_prints_report():
     proc = cli("doctor")
     assert proc.returncode == 0
     assert "device_type" in proc.stdout and "torchtitan" in proc.stdout
+
+
+def test_debug_after_the_command_shows_the_traceback(tmp_path):
+    proc = cli("train", "--steps", "1", "--seq-len", "1000000", "--out", str(tmp_path), "--debug")
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
+    assert "beyond the model's context" in proc.stderr

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torchtitan.models.common.config_utils import make_routed_experts_config
 
-from qwen3_trn_helpers.moe_blockwise import (
+from qwen3_trn_helpers.model.moe_blockwise import (
     BlockwiseRoutedExperts,
     blockwise_mapping,
     num_blocks,
@@ -89,7 +89,7 @@ def dense_loop(x_TD, scores_TK, ids_TK, w1, w2, w3):
 
 @pytest.mark.parametrize("block", [2, 8, 64])
 def test_fp32_reference_is_exact(block):
-    from qwen3_trn_helpers.moe_blockwise import blockwise_experts_reference, kernel_weights
+    from qwen3_trn_helpers.model.moe_blockwise import blockwise_experts_reference, kernel_weights
 
     T, D, F, E, K = 20, 16, 24, 6, 3
     _, ours = pair(E, D, F, K, block)

@@ -3,7 +3,7 @@
 import pytest
 
 from qwen3_trn_helpers.errors import ConfigError
-from qwen3_trn_helpers.panel import TrainingPanel
+from qwen3_trn_helpers.lessons.panel import TrainingPanel
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

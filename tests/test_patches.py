@@ -1,44 +1,79 @@
-"""Each patch: still needed (fails once upstream fixes it), works, and is idempotent."""
+"""Each patch: still needed (fails once upstream fixes it), works, and is undone after."""
 
+import contextlib
 import importlib.metadata
 
 import pytest
 import torch
 
-from qwen3_trn_helpers import patches
+from qwen3_trn_helpers import run
+from qwen3_trn_helpers.torchtitan_internals import TESTED_TORCHTITAN
+from qwen3_trn_helpers.training import patches
 
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="patch applies without a GPU")
 
 
 def test_written_for_this_torchtitan():
-    assert importlib.metadata.version("torchtitan").startswith(patches.TESTED_TORCHTITAN)
+    assert importlib.metadata.version("torchtitan").startswith(TESTED_TORCHTITAN)
 
 
 @cpu_only
 def test_cpu_device_patch_is_still_needed():
     # If this fails, torchtitan no longer falls back to "cuda" on a CPU host:
-    # delete patch_cpu_device and CpuDeviceModule.
-    assert patches.torchtitan_picks_cuda_without_gpu()
+    # delete torchtitan_on_cpu and CpuDeviceModule.
+    assert patches.torchtitan_device_type() == "cuda"
 
 
 @cpu_only
-def test_cpu_device_patch_reaches_every_copy_and_is_idempotent():
-    patches.apply_cpu_patches()
+def test_cpu_device_patch_reaches_every_copy_and_is_undone():
     import torchtitan.components.metrics as metrics
     import torchtitan.distributed.utils as dist_utils
     import torchtitan.tools.utils as tt_utils
 
+    with patches.torchtitan_on_cpu() as changed:
+        assert {"torchtitan.tools.utils", "torchtitan.components.metrics"} <= set(changed)
+        for module in (tt_utils, metrics, dist_utils):
+            assert module.device_type == "cpu"
+            assert module.device_module is patches.CPU_DEVICE_MODULE
+        from torchtitan.components.metrics import DeviceMemoryMonitor
+
+        stats = DeviceMemoryMonitor("cpu").get_peak_stats()
+        assert 0 < stats.max_reserved_gib
     for module in (tt_utils, metrics, dist_utils):
-        assert module.device_type == "cpu"
-        assert module.device_module is patches.CPU_DEVICE_MODULE
-    assert patches.patch_cpu_device() == []  # second call: nothing left to change
+        assert module.device_type == "cuda" and module.device_module is torch.cuda
 
 
-@cpu_only
-def test_torchtitan_memory_monitor_runs_on_cpu_module():
-    patches.apply_cpu_patches()
-    from torchtitan.components.metrics import DeviceMemoryMonitor
+def test_end_of_run_sleep_is_still_there_and_skipped(tmp_path):
+    assert patches.trainer_sleeps_at_end()  # torchtitan 0.3.0: time.sleep(2) on rank 0
+    import torchtitan.trainer as trainer_module
 
-    monitor = DeviceMemoryMonitor("cpu")
-    stats = monitor.get_peak_stats()
-    assert 0 < stats.max_reserved_gib < monitor.device_capacity_gib
+    with patches.no_end_of_run_sleep():
+        assert trainer_module.time.sleep(2) is None  # returns at once
+    assert trainer_module.time.sleep is __import__("time").sleep
+
+
+def test_rope_patch_is_still_needed():
+    # If this fails, transformers' rotary module keeps rope_init_fn again and torchtitan's
+    # backend recomputes inv_freq itself: delete hf_backend_rope_init.
+    assert patches.hf_rotary_lacks_rope_init_fn()
+
+
+def test_transformers_v5_runs_leave_transformers_alone(tmp_path, monkeypatch):
+    """The backend patches transformers' init process-wide; our scope undoes it."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+
+    original = PreTrainedModel.__dict__["_init_weights"]
+    run("transformers_v5", steps=1, out=str(tmp_path / "kept"), progress=False)
+    assert PreTrainedModel.__dict__["_init_weights"] is original
+    # the SDPA routing of the backend's attention name ended with the run
+    registered = ALL_ATTENTION_FUNCTIONS._global_mapping.get("flex_torchtitan")
+    assert registered is not sdpa_attention_forward
+    # still needed: without the guard the backend leaves its replacement behind
+    monkeypatch.setitem(
+        patches.VARIANT_PATCHES, "keep_transformers_init", lambda d: contextlib.nullcontext()
+    )
+    with patches.keep_transformers_init():  # this outer guard cleans up afterwards
+        run("transformers_v5", steps=1, out=str(tmp_path / "leaked"), progress=False)
+        assert PreTrainedModel.__dict__["_init_weights"] is not original
+    assert PreTrainedModel.__dict__["_init_weights"] is original

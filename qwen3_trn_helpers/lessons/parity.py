@@ -57,9 +57,11 @@ def transformers_logits(init_dir: Path, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def torchtitan_logits(variant: str, init_dir: Path, tokens: torch.Tensor) -> torch.Tensor:
-    """Logits of the model a ``variant`` training run would start from."""
-    from .patches import apply_variant_patches, patch_cpu_device
-    from .train import RunSpec, plan_run, quiet_torchtitan, single_process_group, trainer_config
+    """Logits of the model a ``variant`` training run would start from (float32)."""
+    from ..model.variants import get_variant
+    from ..training.spec import RunSpec, plan_run
+    from ..training.train import quiet_torchtitan
+    from ..training.trainer import build_trainer
 
     spec = RunSpec(
         variant=variant,
@@ -69,37 +71,21 @@ def torchtitan_logits(variant: str, init_dir: Path, tokens: torch.Tensor) -> tor
         mixed_precision="float32",  # torchtitan's FSDP default computes in bf16
     )
     plan = plan_run(spec)
-    apply_variant_patches(variant, plan.device_type)
-    with tempfile.TemporaryDirectory() as out, single_process_group(), quiet_torchtitan(False):
-        config = trainer_config(plan, Path(out))
-        if plan.device_type == "cpu":
-            patch_cpu_device()
-        from .patches import keep_transformers_init_global
-
-        with keep_transformers_init_global():
-            trainer = config.build()
+    with tempfile.TemporaryDirectory() as out, quiet_torchtitan(False):
+        trainer = build_trainer(plan, out)
         try:
-            trainer.checkpointer.load(step=config.checkpoint.load_step)
-            model = trainer.model_parts[0]
-            model._skip_lm_head = False  # the trainer fuses lm_head into its chunked loss
-            model.eval()
-            device = trainer.device
-            x = tokens.to(device)
-            positions = torch.arange(x.shape[1], device=device).expand_as(x)
+            trainer.checkpointer.load(step=trainer.config.checkpoint.load_step)
+            model = trainer.model_parts[0].eval()
             with torch.no_grad():
-                if variant == "transformers_v5":
-                    logits = model(x, positions=positions)
-                else:
-                    masks = model.get_attention_masks(positions=positions)
-                    logits = model(x, attention_masks=masks, positions=positions)
+                logits = get_variant(variant).logits(model, tokens.to(trainer.device))
             return logits.float().cpu()
         finally:
             trainer.close()
 
 
 def parity(init_dir: str | Path, seq_len: int = 64) -> ParityReport:
-    from .assets import resolve_tokenizer
-    from .hf_checkpoint import check_hf_checkpoint
+    from ..assets import resolve_tokenizer
+    from ..model.hf_checkpoint import check_hf_checkpoint
 
     init_dir = Path(init_dir)
     check_hf_checkpoint(init_dir)

@@ -15,14 +15,15 @@ from typing import Any
 
 import ipywidgets as w
 
-from .errors import Qwen3TrnError
-from .variants import VARIANTS
+from ..errors import Qwen3TrnError
+from ..model.shapes import VOCAB_SIZE
+from ..model.variants import VARIANTS
 
 
 def render_png(records: list[dict[str, Any]], title: str) -> bytes:
     from .plots import loss_figure
 
-    fig = loss_figure({title: records}, ln_vocab=math.log(151936), title=title)
+    fig = loss_figure({title: records}, ln_vocab=math.log(VOCAB_SIZE), title=title)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
@@ -32,7 +33,7 @@ class TrainingPanel:
     """Widgets + the callback that trains with :func:`qwen3_trn_helpers.train.run`."""
 
     def __init__(self, out_root: str | Path = "runs/panel", run_fn: Callable | None = None):
-        from .train import run
+        from ..training.run import run
 
         self.run_fn = run_fn or run
         self.out_root = Path(out_root)

@@ -24,14 +24,63 @@ their names, so torchtitan's init, checkpoints and HF state-dict adapter are unc
 from __future__ import annotations
 
 import math
+import os
+import warnings
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
+from torchtitan.config.override import derive, override
 from torchtitan.models.common.moe import RoutedExperts
 
 BACKENDS = ("auto", "reference", "nki")
+
+
+def kernel_rejects(hidden: int, intermediate: int, block_size: int, lnc: int) -> str | None:
+    """Why nki-library's MoE kernels cannot take this shape, or None when they can.
+
+    The documented constraints (nki-library ``moe_cte`` shard-on-I forward and the
+    experimental ``blockwise_mm_bwd`` backward, both tested at LNC 2): the block size a
+    multiple of 256 for the forward and one of 128/256/512/1024 for the backward; H a
+    multiple of 512 in [512, 8192]; I a multiple of 16; and, with the work split over
+    the ``lnc`` physical cores of a logical core, H/lnc and I/lnc multiples of 32.
+    Qwen3-30B-A3B (H 2048, I 768, B 256) passes; the tiny CPU preset (H 128) does not.
+    """
+    if block_size not in (256, 512, 1024):
+        return f"block size {block_size} is not 256, 512 or 1024"
+    if not (512 <= hidden <= 8192 and hidden % 512 == 0):
+        return f"H={hidden} is not a multiple of 512 in [512, 8192]"
+    if intermediate % 16:
+        return f"I={intermediate} is not a multiple of 16"
+    for name, size in (("H", hidden), ("I", intermediate)):
+        if size % lnc or (size // lnc) % 32:
+            return f"{name}/{lnc}={size / lnc:g} is not a multiple of 32 (LNC {lnc})"
+    return None
+
+
+def logical_core_size() -> int:
+    """Physical NeuronCores per logical core: NEURON_LOGICAL_NC_CONFIG (trn2 default 2)."""
+    return int(os.environ.get("NEURON_LOGICAL_NC_CONFIG", "2"))
+
+
+def select_backend(
+    requested: str, device_type: str, hidden: int, intermediate: int, block_size: int
+) -> tuple[str, str | None]:
+    """("nki" or "reference", the notice to show when "auto" could not use the kernels)."""
+    if requested not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {requested!r}")
+    if requested != "auto":
+        return requested, None
+    if device_type != "neuron":
+        return "reference", None
+    reason = kernel_rejects(hidden, intermediate, block_size, logical_core_size())
+    if reason is None:
+        return "nki", None
+    return "reference", (
+        f"nki_moe: {reason} (nki-library's MoE kernel constraints), so the experts run "
+        "on the PyTorch reference of the same algorithm"
+    )
 
 
 def num_blocks(num_tokens: int, top_k: int, num_experts: int, block_size: int) -> int:
@@ -124,7 +173,9 @@ class BlockwiseRoutedExperts(RoutedExperts):
     @dataclass(kw_only=True, slots=True)
     class Config(RoutedExperts.Config):
         block_size: int = 128
-        backend: str = "auto"  # "reference", "nki", or "auto" (nki on a neuron device)
+        # "reference", "nki", or "auto": the kernels on a neuron device when the shape
+        # meets their constraints (select_backend), else the reference
+        backend: str = "auto"
 
     def __init__(self, config: Config):
         super().__init__(config)
@@ -133,6 +184,7 @@ class BlockwiseRoutedExperts(RoutedExperts):
         self.block_size = config.block_size
         self.backend = config.backend
         self.num_experts = config.inner_experts.num_experts
+        self._resolved: str | None = None  # decided at the first forward (device known)
 
     def _weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         e = self.inner_experts
@@ -159,10 +211,13 @@ class BlockwiseRoutedExperts(RoutedExperts):
         )
         w1, w2, w3 = self._weights()
         gate_up, down = kernel_weights(w1, w2, w3)
-        backend = self.backend
-        if backend == "auto":
-            backend = "nki" if x_BLD.device.type == "neuron" else "reference"
-        if backend == "nki":
+        if self._resolved is None:
+            self._resolved, notice = select_backend(
+                self.backend, x_BLD.device.type, D, w1.shape[1], self.block_size
+            )
+            if notice:
+                warnings.warn(notice, stacklevel=2)
+        if self._resolved == "nki":
             from .nki_moe import blockwise_experts_nki
 
             out = blockwise_experts_nki(
@@ -173,3 +228,19 @@ class BlockwiseRoutedExperts(RoutedExperts):
                 hidden, affinities, gate_up, down, position_to_id, block_to_expert, self.block_size
             )
         return out[:T].view(B, L, D)
+
+
+@override(
+    target=RoutedExperts.Config,
+    exact=True,
+    description="dropless blockwise experts (nki-library's MoE kernel algorithm)",
+)
+def blockwise_experts(
+    config: RoutedExperts.Config, block_size: int = 128, backend: str = "auto"
+) -> BlockwiseRoutedExperts.Config:
+    """torchtitan's routed experts computed blockwise; same parameters and names."""
+    return derive(config, BlockwiseRoutedExperts.Config, block_size=block_size, backend=backend)
+
+
+#: the override target a trainer config lists to select blockwise experts
+OVERRIDE = f"{__name__}.blockwise_experts"

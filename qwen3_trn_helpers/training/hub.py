@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from .errors import AssetError
+from ..errors import AssetError
 
 
 def download_checkpoint(repo_id: str) -> Path:
     """Download (or find in the HF cache) a model's config, weights and tokenizer."""
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import is_offline_mode, snapshot_download
 
     patterns = ["*.json", "*.safetensors", "tokenizer*", "*.txt"]
-    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+    offline = is_offline_mode()
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=offline))
     except Exception as e:

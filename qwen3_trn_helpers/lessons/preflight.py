@@ -59,7 +59,7 @@ def check_environment(build_assets: bool = True) -> list[Check]:
     ]
     checks += [_package_check(p, v, fix) for p, (v, fix) in REQUIRED.items()]
 
-    from .device import device_report
+    from ..device import device_report
 
     report = device_report()
     neuron_version = report.torch_neuronx
@@ -80,7 +80,7 @@ def check_environment(build_assets: bool = True) -> list[Check]:
         )
     )
     if build_assets:
-        from .assets import ensure_tokenizer
+        from ..assets import ensure_tokenizer
 
         try:
             checks.append(Check("offline tokenizer", True, str(ensure_tokenizer())))
@@ -100,3 +100,24 @@ def checks_table_html(checks: list[Check]) -> str:
     )
     head = "<tr><th>check</th><th>status</th><th>detail</th><th>fix</th></tr>"
     return f"<table>{head}{rows}</table>"
+
+
+def cpu_matmul_peak(n: int = 2048, repeats: int = 3) -> float:
+    """This CPU's bf16 matmul throughput in FLOP/s: the best of ``repeats`` n^3 products.
+
+    What "peak" means on a CPU for this course: the rate torch reaches on a large bf16
+    matrix product with all threads, which is the ceiling for the model's matmuls.
+    """
+    import time
+
+    import torch
+
+    a = torch.randn(n, n, dtype=torch.bfloat16)
+    b = torch.randn(n, n, dtype=torch.bfloat16)
+    a @ b  # warm-up: thread pool, kernel selection
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best

@@ -1,12 +1,13 @@
 """The seed experiment: 10 steps at local batch 1, from published weights and from random.
 
-AWS trained Qwen3-4B-Instruct-2507 on a trn2.48xlarge (64 logical NeuronCores) and saw
-step-1 loss 6.54 from the published weights and 12.43 from random initialisation.
-``reproduce()`` runs both 10-step runs for a variant and lines them up with those two
-numbers. On trn2 it uses the AWS setup (the 4B/30B-A3B preset on 64 NeuronCores through
-torchrun); on a CPU the tiny preset and the locally made "published" checkpoint, so the
-comparison there is about the *shape* of the result (pretrained far below random,
-random near ln(vocab)), not the exact values.
+AWS trained Qwen3-4B-Instruct-2507 on a trn2.48xlarge (64 logical NeuronCores, TP 4 x
+FSDP 16, sequence length 4096, C4 text) and saw step-1 loss 6.54 from the published
+weights and 12.43 from random initialisation. ``reproduce()`` runs both 10-step runs for
+a variant with everything but the initial weights identical, and lines them up with
+those two numbers. On trn2 that is AWS's setup (the variant's full-size preset on 64
+ranks, C4); on a CPU the small preset, the embedded corpus and the locally made
+"published" checkpoint, so the comparison there is about the *shape* of the result
+(pretrained far below random, random near ln V), not the exact values.
 """
 
 from __future__ import annotations
@@ -18,10 +19,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..model.presets import get_preset
+from ..model.shapes import VOCAB_SIZE
+from ..model.variants import get_variant
+from ..training.spec import RunSpec
+
 #: Step-1 losses AWS reported (trn2.48xlarge, 10 steps, local batch size 1).
 AWS_STEP1 = {"pretrained": 6.54, "random": 12.43}
 INITS = ("pretrained", "random")
-LN_VOCAB = math.log(151936)
+LN_VOCAB = math.log(VOCAB_SIZE)
+
+
+def reproduction_specs(spec: RunSpec, device_type: str) -> dict[str, RunSpec]:
+    """Both runs of the experiment: the same spec but for ``init``.
+
+    On trn2 a full-size preset is launched on its world size (64 ranks) unless ``nproc``
+    says otherwise; the preset is written out so both runs resolve to the same layout,
+    sequence length, checkpointing and data.
+    """
+    preset_name = spec.preset or get_variant(spec.variant).trn2_preset
+    full = device_type == "neuron" and get_preset(preset_name).full_size
+    nproc = spec.nproc
+    if full and nproc == 1:
+        nproc = get_preset(preset_name).world_size
+    base = spec.replace(nproc=nproc, local_batch_size=1, init="random")
+    base = base.replace(preset=base.resolve_preset(device_type, None).name)
+    out = Path(spec.out or f"runs/reproduce-{time.strftime('%Y%m%d-%H%M%S')}")
+    return {
+        init: base.replace(init=init, out=str(out / init), overwrite=spec.overwrite)
+        for init in INITS
+    }
 
 
 @dataclass
@@ -90,51 +117,30 @@ class Reproduction:
         }
 
 
-def reproduce(
-    variant: str = "native",
-    *,
-    steps: int = 10,
-    out: str | Path | None = None,
-    device: str = "auto",
-    nproc: int | None = None,
-    overwrite: bool = False,
-    progress: bool = True,
-) -> Reproduction:
-    """Run both 10-step runs and write summary.json and reproduce.png into ``out``."""
-    from .device import resolve_device
-    from .train import prepare_out_dir, run
-    from .variants import check_variant, default_preset, get_preset
+def reproduce(spec: RunSpec | None = None, *, progress: bool = True, **params: Any):
+    """Run both 10-step runs and write summary.json and reproduce.png into ``spec.out``."""
+    from ..device import resolve_device
+    from ..errors import RunFolderError
+    from ..training.run import make_spec, run_spec
 
-    check_variant(variant)
-    device_type = resolve_device(device)
-    nproc = nproc or (64 if device_type == "neuron" else 1)
-    out = prepare_out_dir(out, overwrite)
-    if (out / "summary.json").exists() and not overwrite:
-        from .errors import RunFolderError
-
+    spec = spec or make_spec(**params)
+    device_type = resolve_device(spec.device)
+    specs = reproduction_specs(spec, device_type)
+    out = Path(specs["random"].out).parent
+    if (out / "summary.json").exists() and not spec.overwrite:
         raise RunFolderError(f"{out} already holds a reproduction; pass --overwrite")
     started = time.perf_counter()
-    runs = {}
-    for init in INITS:
-        kwargs = dict(steps=steps, local_batch_size=1, device=device, overwrite=overwrite)
-        if nproc > 1:
-            from .launch import launch
-            from .published import resolve_pretrained
-
-            init_arg = init
-            if init == "pretrained":  # download/make once here, not once per rank
-                preset = get_preset(default_preset(variant, device_type))
-                init_arg = str(resolve_pretrained(variant, preset, device_type))
-            runs[init] = launch(nproc, out / init, variant=variant, init=init_arg, **kwargs)
-        else:
-            runs[init] = run(variant, init=init, out=out / init, progress=progress, **kwargs)
+    runs = {
+        init: run_spec(s, progress=progress, label=f"{s.variant}, {init}")
+        for init, s in specs.items()
+    }
     rep = Reproduction(
-        variant=variant,
+        variant=spec.variant,
         device_type=device_type,
         runs=runs,
         out=out,
         wall_s=time.perf_counter() - started,
-        nproc=nproc,
+        nproc=specs["random"].nproc,
     )
     rep.figure_path = out / "reproduce.png"
     rep.figure().savefig(rep.figure_path)

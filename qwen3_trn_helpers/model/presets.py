@@ -1,0 +1,103 @@
+"""Presets: a shape, where its weights live, and how it is laid out over devices.
+
+Two presets reproduce AWS's trn2.48xlarge runs at their real size (``4b`` and
+``30b-a3b``: 64 ranks, one per logical NeuronCore); two are small enough to train on
+one CPU core or one NeuronCore in seconds (``tiny`` and ``tiny_moe``). Every number
+here is a choice the notebooks explain (04 derives the layouts and the memory they
+need). Cheap to import: plain data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError
+from .shapes import QWEN3_4B_2507, QWEN3_30B_A3B, TINY, TINY_MOE, Qwen3Shape
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one run is spread over ranks (torchtitan's parallelism degrees)."""
+
+    tp: int = 1  # tensor parallel: each matmul split over this many ranks
+    ep: int = 1  # expert parallel (not used by this package's presets)
+
+    def fsdp(self, world: int) -> int:
+        """FSDP takes the ranks TP leaves (torchtitan's data_parallel_shard_degree=-1)."""
+        return max(world // self.tp, 1)
+
+    def describe(self, world: int) -> str:
+        text = f"TP {self.tp} x FSDP {self.fsdp(world)}" if self.tp > 1 else f"FSDP {world}"
+        return text + (f" x EP {self.ep}" if self.ep > 1 else "")
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    shape: Qwen3Shape
+    description: str
+    hub_id: str | None = None  # published weights for init="pretrained"
+    seq_len: int = 256
+    world_size: int = 1  # ranks the layout below is meant for
+    layout: Layout = field(default_factory=Layout)
+    # torchtitan activation checkpointing: "none", "selective" or "full"
+    activation_checkpoint: str = "none"
+    # torchtitan's ChunkedLossWrapper chunks (1: plain cross-entropy on full logits).
+    # Chunking bounds the [seq, vocab] logits in memory but adds a gradient reduction
+    # of the 151,936-row output layer per chunk, so only the big MoE preset uses it.
+    loss_chunks: int = 1
+    moe_block_size: int = 0  # tokens per block of the blockwise MoE experts
+    corpus: str = "embedded"  # training text (see corpus.py); AWS's runs used C4
+
+    @property
+    def full_size(self) -> bool:
+        """Meant for a whole trn2.48xlarge, not one core."""
+        return self.world_size > 1
+
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset(
+            name="tiny",
+            shape=TINY,
+            description="dense, 4 layers, dim 128, the real 151,936-token vocabulary",
+        ),
+        Preset(
+            name="tiny_moe",
+            shape=TINY_MOE,
+            description="MoE, 4 layers, 8 experts (top-2), dim 128, the real vocabulary",
+            moe_block_size=64,
+        ),
+        Preset(
+            name="4b",
+            shape=QWEN3_4B_2507,
+            description="Qwen/Qwen3-4B-Instruct-2507 on a trn2.48xlarge (64 logical cores)",
+            hub_id="Qwen/Qwen3-4B-Instruct-2507",
+            seq_len=4096,
+            world_size=64,
+            layout=Layout(tp=4),
+            activation_checkpoint="selective",
+            corpus="c4",
+        ),
+        Preset(
+            name="30b-a3b",
+            shape=QWEN3_30B_A3B,
+            description="Qwen/Qwen3-30B-A3B (128 experts, top-8) on a trn2.48xlarge",
+            hub_id="Qwen/Qwen3-30B-A3B",
+            seq_len=4096,
+            world_size=64,
+            layout=Layout(tp=1),
+            activation_checkpoint="full",
+            loss_chunks=8,
+            moe_block_size=256,
+            corpus="c4",
+        ),
+    )
+}
+
+
+def get_preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[name]

@@ -1,0 +1,200 @@
+"""The architecture numbers of a Qwen3 model, and the named shapes this course trains.
+
+A *shape* is what a Hugging Face ``config.json`` says about a Qwen3 model. It is read
+and written through transformers' own config classes (``Qwen3Config`` /
+``Qwen3MoeConfig``), so legacy and v5 spellings (``rope_theta`` vs ``rope_parameters``,
+``num_experts`` vs ``num_local_experts``) are transformers' problem, not ours.
+
+Importing this module is cheap (no torch, no transformers): the command line needs the
+shape names before it imports anything heavy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from ..errors import ConfigError
+
+#: Embedding rows of every Qwen3 checkpoint (151,643 BPE ranks + 26 added tokens,
+#: padded to a multiple of 128). The one place this number is written.
+VOCAB_SIZE = 151936
+
+
+@dataclass(frozen=True)
+class Qwen3Shape:
+    """The architecture numbers of a Qwen3 model (HF config.json names in comments)."""
+
+    dim: int  # hidden_size
+    n_layers: int  # num_hidden_layers
+    n_heads: int  # num_attention_heads
+    n_kv_heads: int  # num_key_value_heads
+    head_dim: int  # head_dim
+    hidden_dim: int  # intermediate_size (dense MLP)
+    vocab_size: int = VOCAB_SIZE  # vocab_size
+    rope_theta: float = 5_000_000.0  # rope_theta (2507 checkpoints: 5e6; torchtitan: 1e6)
+    max_seq_len: int = 4096  # max_position_embeddings (capped for the RoPE cache)
+    tie_embeddings: bool = True  # tie_word_embeddings
+    norm_eps: float = 1e-6  # rms_norm_eps
+    n_experts: int = 0  # num_experts (0: dense model)
+    top_k: int = 0  # num_experts_per_tok
+    moe_hidden_dim: int = 0  # moe_intermediate_size
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    def differences(self, other: Qwen3Shape) -> list[str]:
+        """Human-readable field differences, e.g. ['rope_theta 1000000.0 != 5000000.0']."""
+        return [
+            f"{f.name} {getattr(self, f.name)!r} != {getattr(other, f.name)!r}"
+            for f in fields(self)
+            if getattr(self, f.name) != getattr(other, f.name)
+        ]
+
+    def same_architecture(self, other: Qwen3Shape) -> bool:
+        """Equal in everything but the RoPE cache length (which only bounds seq_len)."""
+        return not [d for d in self.differences(other) if not d.startswith("max_seq_len")]
+
+    def parameter_count(self) -> int:
+        """Parameters of the model, a tied embedding counted once.
+
+        Written out so a reader can see where the parameters are; a test checks it
+        against torchtitan's and transformers' models built on the meta device.
+        """
+        d, hd = self.dim, self.head_dim
+        attention = d * self.n_heads * hd * 2 + d * self.n_kv_heads * hd * 2 + 2 * hd
+        if self.is_moe:
+            mlp = d * self.n_experts + self.n_experts * 3 * d * self.moe_hidden_dim
+        else:
+            mlp = 3 * d * self.hidden_dim
+        per_layer = attention + mlp + 2 * d  # + the two RMSNorms
+        embeddings = self.vocab_size * d * (1 if self.tie_embeddings else 2)
+        return embeddings + self.n_layers * per_layer + d  # + the final norm
+
+    def active_parameter_count(self) -> int:
+        """Parameters one token passes through (MoE: top_k of n_experts experts)."""
+        if not self.is_moe:
+            return self.parameter_count()
+        unused = (self.n_experts - self.top_k) * 3 * self.dim * self.moe_hidden_dim
+        return self.parameter_count() - self.n_layers * unused
+
+    @classmethod
+    def from_hf_config(cls, path: str | Path) -> Qwen3Shape:
+        """Read a Hugging Face Qwen3 ``config.json`` (a file or the folder holding it)."""
+        from transformers import AutoConfig
+
+        path = Path(path).expanduser()
+        folder = path.parent if path.name == "config.json" else path
+        if not (folder / "config.json").is_file():
+            raise ConfigError(
+                f"{folder / 'config.json'} not found; a checkpoint folder holds config.json "
+                "and *.safetensors (a Hugging Face model folder)"
+            )
+        try:
+            cfg = AutoConfig.from_pretrained(folder, local_files_only=True)
+        except (ValueError, OSError) as e:
+            msg = f"{folder / 'config.json'} is not a readable model config ({e})"
+            raise ConfigError(msg) from None
+        if cfg.model_type not in ("qwen3", "qwen3_moe"):
+            raise ConfigError(
+                f"{folder / 'config.json'} describes a {cfg.model_type!r} model, not Qwen3 "
+                "(qwen3 or qwen3_moe)"
+            )
+        moe = cfg.model_type == "qwen3_moe"
+        return cls(
+            dim=cfg.hidden_size,
+            n_layers=cfg.num_hidden_layers,
+            n_heads=cfg.num_attention_heads,
+            n_kv_heads=cfg.num_key_value_heads,
+            head_dim=cfg.head_dim,
+            hidden_dim=cfg.intermediate_size,
+            vocab_size=cfg.vocab_size,
+            rope_theta=float(cfg.rope_parameters["rope_theta"]),
+            # the RoPE cache is built for this many positions; 40960 is Qwen3's
+            # published context, and nothing here trains longer
+            max_seq_len=min(cfg.max_position_embeddings, 40960),
+            tie_embeddings=bool(cfg.tie_word_embeddings),
+            norm_eps=float(cfg.rms_norm_eps),
+            n_experts=cfg.num_experts if moe else 0,
+            top_k=cfg.num_experts_per_tok if moe else 0,
+            moe_hidden_dim=cfg.moe_intermediate_size if moe else 0,
+        )
+
+    def hf_config(self):
+        """A transformers ``Qwen3Config`` (or ``Qwen3MoeConfig``) with exactly these numbers."""
+        from transformers import Qwen3Config, Qwen3MoeConfig
+
+        moe = {}
+        if self.is_moe:
+            moe = dict(
+                num_experts=self.n_experts,
+                num_experts_per_tok=self.top_k,
+                moe_intermediate_size=self.moe_hidden_dim,
+                norm_topk_prob=True,
+                decoder_sparse_step=1,
+                mlp_only_layers=[],
+            )
+        cls = Qwen3MoeConfig if self.is_moe else Qwen3Config
+        from ..assets import EOS_ID, PAD_ID
+
+        return cls(
+            **moe,
+            vocab_size=self.vocab_size,
+            hidden_size=self.dim,
+            intermediate_size=self.hidden_dim,
+            num_hidden_layers=self.n_layers,
+            num_attention_heads=self.n_heads,
+            num_key_value_heads=self.n_kv_heads,
+            head_dim=self.head_dim,
+            max_position_embeddings=self.max_seq_len,
+            rms_norm_eps=self.norm_eps,
+            rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta},
+            tie_word_embeddings=self.tie_embeddings,
+            attention_bias=False,
+            bos_token_id=None,
+            eos_token_id=EOS_ID if self.vocab_size > EOS_ID else None,
+            pad_token_id=PAD_ID if self.vocab_size > PAD_ID else None,
+            architectures=["Qwen3MoeForCausalLM" if self.is_moe else "Qwen3ForCausalLM"],
+        )
+
+
+#: dense, 4 layers, dim 128, the real vocabulary: what a CPU trains in seconds
+TINY = Qwen3Shape(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=32, hidden_dim=384)
+#: the same with 8 experts (top-2) in place of the dense MLP
+TINY_MOE = Qwen3Shape(
+    dim=128,
+    n_layers=4,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=32,
+    hidden_dim=384,
+    n_experts=8,
+    top_k=2,
+    moe_hidden_dim=64,
+)
+#: Qwen/Qwen3-4B-Instruct-2507 (config.json on the hub)
+QWEN3_4B_2507 = Qwen3Shape(
+    dim=2560,
+    n_layers=36,
+    n_heads=32,
+    n_kv_heads=8,
+    head_dim=128,
+    hidden_dim=9728,
+    max_seq_len=40960,
+)
+#: Qwen/Qwen3-30B-A3B (config.json on the hub)
+QWEN3_30B_A3B = Qwen3Shape(
+    dim=2048,
+    n_layers=48,
+    n_heads=32,
+    n_kv_heads=4,
+    head_dim=128,
+    hidden_dim=6144,
+    rope_theta=1_000_000.0,
+    max_seq_len=40960,
+    tie_embeddings=False,
+    n_experts=128,
+    top_k=8,
+    moe_hidden_dim=768,
+)

@@ -1,0 +1,341 @@
+"""``qwen3-trn smoke``: the ladder a trn2 user runs first, one rung per child process.
+
+Each rung checks one layer of the stack, in the order things break on a new machine:
+
+1. ``environment``: neuron-ls, torch-neuronx / neuronx-cc / nki versions, triton
+   (torchtitan imports it unconditionally), nki-library's MoE kernels importable;
+2. ``registration``: PrivateUse1 is named ``neuron``, the device count at the
+   configured LNC, ``torch.accelerator``, the process-group backend, torchtitan's device;
+3. ``collectives``: 2 ranks, an all_reduce and one FSDP2 step on the device;
+4. ``nki_moe_kernel``: the NKI MoE op against its PyTorch reference at a kernel-legal
+   shape, forward and gradients;
+5. ``tiny_native_2ranks`` and ``tiny_transformers_v5_2ranks``: 3 training steps of the
+   tiny model on 2 ranks through ``qwen3-trn train``;
+6. ``4b_native_64ranks``: 2 steps of the real Qwen3-4B layout on all 64 logical cores.
+
+Every rung runs in its own process with a timeout (a crash or a hang is one failed line,
+not a dead ladder) and prints one line: pass, fail or skip, with the reason and the fix.
+On a CPU the rungs that apply run (collectives and the tiny runs use gloo) and the
+Neuron-only ones are skipped with their reason. ``smoke.json`` records the ladder:
+attach it to a bug report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+SKIP = 77  # exit status of a rung that does not apply here (as automake's tests)
+
+
+@dataclass
+class Rung:
+    name: str
+    what: str
+    timeout_s: float
+    fix: str
+    status: str = "not run"
+    seconds: float = 0.0
+    reason: str = ""
+
+
+def _rungs(full_size: bool) -> list[Rung]:
+    rungs = [
+        Rung("environment", "Neuron tools and packages", 120,
+             "activate the Neuron venv and run scripts/setup.sh from it (README, On Trainium)"),
+        Rung("registration", "torch sees `neuron` through PrivateUse1", 300,
+             "torch-neuronx 2.14 must be installed in this venv; do not set "
+             "TORCH_DEVICE_BACKEND_AUTOLOAD=0"),
+        Rung("collectives", "2 ranks: all_reduce and one FSDP2 step", 900,
+             "check neuron-ls for other processes holding NeuronCores (shut down notebook "
+             "kernels)"),
+        Rung("nki_moe_kernel", "NKI MoE op = PyTorch reference (fwd, grads)", 1800,
+             "check the nki-library version (moe_cte / blockwise_mm_bwd signatures drift); "
+             "--moe-impl grouped_mm avoids the kernels"),
+        Rung("tiny_native_2ranks", "tiny native Qwen3, 3 steps on 2 ranks", 1800,
+             "read the rung's log; rerun with `qwen3-trn train --debug --verbose`"),
+        Rung("tiny_transformers_v5_2ranks", "tiny HF Qwen3 in torchtitan, 3 steps, 2 ranks",
+             1800, "read the rung's log; rerun with `qwen3-trn train --debug --verbose`"),
+    ]  # fmt: skip
+    if full_size:
+        rungs.append(
+            Rung(
+                "4b_native_64ranks",
+                "Qwen3-4B layout, 2 steps on 64 ranks",
+                3600,
+                "the first step compiles for minutes; check memory with neuron-top",
+            )  # fmt: skip
+        )
+    return rungs
+
+
+@dataclass
+class Ladder:
+    rungs: list[Rung] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.status in ("pass", "skip") for r in self.rungs)
+
+    def to_json(self) -> dict:
+        return {
+            "rungs": [
+                {k: v for k, v in asdict(r).items() if k in ("name", "status", "seconds", "reason")}
+                for r in self.rungs
+            ]
+        }
+
+
+def _device_type() -> str:
+    from .device import detect_device_type
+
+    return detect_device_type()
+
+
+def _python() -> list[str]:
+    return [sys.executable, "-m", "qwen3_trn_helpers.smoke"]
+
+
+def _command(rung: str, out: Path) -> list[str]:
+    """The child process of a rung: this module, or qwen3-trn train through torchrun."""
+    if rung in ("environment", "registration", "nki_moe_kernel"):
+        return [*_python(), rung]
+    if rung == "collectives":
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node=2", "-m", "qwen3_trn_helpers.smoke", rung]  # fmt: skip
+    variant = "transformers_v5" if "transformers_v5" in rung else "native"
+    if rung == "4b_native_64ranks":
+        flags = ["--preset", "4b", "--nproc", "64", "--steps", "2", "--corpus", "embedded"]
+    else:
+        flags = ["--preset", "tiny", "--nproc", "2", "--steps", "3"]
+    return [sys.executable, "-m", "qwen3_trn_helpers", "train", "--variant", variant, *flags,
+            "--out", str(out / rung), "--overwrite", "--no-progress"]  # fmt: skip
+
+
+def run_ladder(out: str | Path = "smoke", *, full=True, echo=True) -> Ladder:
+    """Climb every rung; write ``out/smoke.json``; return the ladder."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ladder = Ladder(_rungs(full_size=full))
+    on_neuron = _device_type() == "neuron"
+    for rung in ladder.rungs:
+        if rung.name == "4b_native_64ranks" and not on_neuron:
+            rung.status, rung.reason = "skip", "needs a trn2.48xlarge (64 logical NeuronCores)"
+        else:
+            _climb(rung, out)
+        if echo:
+            line = f"{rung.status:<5} {rung.name:<28} {rung.seconds:6.1f}s  {rung.reason}"
+            print(line + (f"\n      fix: {rung.fix}" if rung.status == "fail" else ""), flush=True)
+    (out / "smoke.json").write_text(json.dumps(ladder.to_json(), indent=2))
+    return ladder
+
+
+def _climb(rung: Rung, out: Path) -> None:
+    log = out / f"{rung.name}.log"
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(
+            _command(rung.name, out),
+            capture_output=True,
+            text=True,
+            timeout=rung.timeout_s,
+            env=env,
+        )
+    except subprocess.TimeoutExpired as e:
+        rung.seconds = time.monotonic() - started
+        rung.status, rung.reason = "fail", f"no answer within {rung.timeout_s:.0f} s"
+        log.write_text(str(e.stdout or "") + str(e.stderr or ""))
+        return
+    rung.seconds = round(time.monotonic() - started, 1)
+    text = proc.stdout + proc.stderr
+    log.write_text(text)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if proc.returncode == 0:
+        rung.status = "pass"
+        said = [ln for ln in lines if ln.startswith("ok:")]
+        rung.reason = said[-1][3:].strip() if said else ""
+    elif proc.returncode == SKIP or any(ln.startswith("skip:") for ln in lines):
+        rung.status = "skip"
+        said = [ln for ln in lines if ln.startswith("skip:")]
+        rung.reason = said[-1][5:].strip() if said else "does not apply here"
+    else:
+        rung.status = "fail"
+        said = [ln for ln in lines if ln.startswith(("error:", "fail:"))] or lines[-1:]
+        rung.reason = (said[-1] if said else f"exit status {proc.returncode}") + f" (log: {log})"
+
+
+# --- the rungs' bodies, run in child processes -------------------------------------
+
+
+def _skip(reason: str) -> None:
+    print(f"skip: {reason}")
+    sys.exit(SKIP)
+
+
+def rung_environment() -> None:
+    import shutil
+    from importlib import metadata, util
+
+    found = []
+    missing = []
+    for module, purpose in (("triton", "torchtitan 0.3.0 imports it"),):
+        (found if util.find_spec(module) else missing).append(f"{module} ({purpose})")
+    if shutil.which("neuron-ls") is None:
+        if missing:
+            print(f"fail: missing {', '.join(missing)}: pip install triton")
+            sys.exit(1)
+        _skip("no neuron-ls: not a Neuron machine (triton present)")
+    versions = {}
+    for package in ("torch-neuronx", "neuronx-cc", "nki"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            missing.append(package)
+    for module in (
+        "nkilib.core.moe.moe_cte.moe_cte",
+        "nkilib.experimental.moe.bwd.blockwise_mm_backward",
+    ):
+        try:
+            __import__(module)
+        except Exception as e:  # ImportError, or a kernel module failing at import
+            missing.append(f"{module} ({type(e).__name__})")
+    from .device import neuron_ls
+
+    chips = neuron_ls()
+    if not chips:
+        missing.append("neuron-ls --json-output (no devices listed)")
+    if missing:
+        print(f"fail: missing {'; '.join(missing)}")
+        sys.exit(1)
+    listed = ", ".join(f"{k} {v}" for k, v in versions.items())
+    print(f"ok: {len(chips)} chips; {listed}; triton and nki-library MoE kernels import")
+
+
+def rung_registration() -> None:
+    import torch
+    import torch.distributed as dist
+
+    from .device import privateuse1_backend_name
+
+    name = privateuse1_backend_name()
+    if name != "neuron":
+        _skip(f"PrivateUse1 backend is {name!r}: torch-neuronx is not loaded here")
+    problems = []
+    count = torch.neuron.device_count()  # type: ignore[attr-defined]
+    from .trn2 import Topology, lnc_from_env
+
+    expected = Topology(lnc_from_env()).logical_cores
+    if count != expected:
+        problems.append(f"{count} devices, expected {expected} at LNC {lnc_from_env()}")
+    if str(torch.accelerator.current_accelerator()) not in ("neuron", "neuron:0"):
+        problems.append(f"torch.accelerator is {torch.accelerator.current_accelerator()}")
+    backend = dist.Backend.default_device_backend_map.get("neuron")
+    if backend != "neuron":
+        problems.append(f"process-group backend for neuron is {backend!r}")
+    from torchtitan.tools import utils
+
+    if utils.device_type != "neuron":
+        problems.append(f"torchtitan chose {utils.device_type!r}")
+    if problems:
+        print(f"fail: {'; '.join(problems)}")
+        sys.exit(1)
+    print(f"ok: {count} neuron devices, process group 'neuron', torchtitan on neuron")
+
+
+def rung_collectives() -> None:
+    """Under torchrun, 2 ranks: all_reduce, then one FSDP2 step of a small MLP."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    from .device import detect_device_type
+
+    device_type = detect_device_type()
+    backend = (
+        "gloo" if device_type == "cpu" else dist.Backend.default_device_backend_map.get(device_type)
+    )
+    dist.init_process_group(backend=backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if device_type == "cpu":
+        device = torch.device("cpu")
+    else:  # after init_process_group each rank owns one device, index LOCAL_RANK
+        device = torch.device(device_type, int(os.environ.get("LOCAL_RANK", "0")))
+    x = torch.full((4,), float(rank + 1), device=device)
+    dist.all_reduce(x)
+    expected = world * (world + 1) / 2
+    if not torch.allclose(x.cpu(), torch.full((4,), expected)):
+        print(f"fail: all_reduce gave {x.cpu().tolist()}, expected {expected}")
+        sys.exit(1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    model.to(device)
+    fully_shard(model)
+    if device_type == "cpu":
+        model.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    data = torch.randn(8, 64, device=device)
+    loss = model(data).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+    total = torch.tensor([loss.item()], device=device)
+    dist.all_reduce(total)
+    dist.destroy_process_group()
+    if rank == 0:
+        print(f"ok: {world} ranks on {device_type} ({backend}): all_reduce and an FSDP2 step")
+
+
+def rung_nki_moe_kernel() -> None:
+    """The NKI op against the reference at Qwen3-30B-A3B's expert width, two experts."""
+    from .device import detect_device_type
+
+    if detect_device_type() != "neuron":
+        _skip("needs a NeuronCore (the NKI kernels run only on Trainium)")
+    import torch
+
+    from .model.moe_blockwise import blockwise_experts_reference, blockwise_mapping
+    from .model.nki_moe import blockwise_experts_nki
+
+    torch.manual_seed(0)
+    T, H, I, E, K, B = 256, 2048, 768, 4, 2, 256  # noqa: E741 (I is the kernel's name)
+    device = torch.device("neuron")
+    ids = torch.stack([torch.randperm(E)[:K] for _ in range(T)])
+    scores = torch.softmax(torch.randn(T, K), -1)
+    pos, b2e = blockwise_mapping(ids, E, B)
+    aff = torch.zeros(T + 1, E).scatter(1, ids, scores)
+    x = torch.cat([torch.randn(T, H) * 0.1, torch.zeros(1, H)])
+    gate_up = torch.randn(E, H, 2, I) * 0.02
+    down = torch.randn(E, I, H) * 0.02
+    results = []
+    for fn, dev in ((blockwise_experts_reference, "cpu"), (blockwise_experts_nki, device)):
+        inputs = [t.to(dev, torch.bfloat16).requires_grad_() for t in (x, aff, gate_up, down)]
+        out = fn(*inputs, pos.to(dev), b2e.to(dev), B)
+        out.float().pow(2).sum().backward()
+        results.append([out.float().cpu()] + [t.grad.float().cpu() for t in inputs])
+    names = ("output", "d_hidden", "d_affinities", "d_gate_up", "d_down")
+    worst = []
+    for name, ref, got in zip(names, *results, strict=True):
+        scale = ref.abs().max().item() or 1.0
+        err = (ref - got).abs().max().item() / scale
+        worst.append((err, name))
+        if err > 2e-2:
+            print(f"fail: {name} differs from the reference by {err:.2e} (relative)")
+            sys.exit(1)
+    print(f"ok: NKI MoE = reference within {max(worst)[0]:.1e} (relative, bf16), fwd and grads")
+
+
+RUNG_BODIES = {
+    "environment": rung_environment,
+    "registration": rung_registration,
+    "collectives": rung_collectives,
+    "nki_moe_kernel": rung_nki_moe_kernel,
+}
+
+if __name__ == "__main__":
+    RUNG_BODIES[sys.argv[1]]()

@@ -1,0 +1,210 @@
+"""``qwen3-trn dry-run``: a trn2 layout at its real size, simulated in one CPU process.
+
+torchtitan 0.3.0 has a fake communication backend for dry runs (``CommConfig.mode =
+"fake_backend"``, world size from ``NGPU``): collectives return without moving data, so
+one process can play rank 0 of a 64-rank job. We plan the run exactly as for trn2
+(``plan_run(..., device_type="neuron")``: preset, TP/FSDP, activation checkpointing,
+attention, MoE block size), build torchtitan's Trainer for it on the CPU, materialise
+rank 0's shards of the real Qwen3-4B or Qwen3-30B-A3B, and run one optimizer step at a
+short sequence length. Then we measure what rank 0 holds (parameters, gradients, AdamW
+state) and put it beside the estimate trn2 planning uses (training/memory.py).
+
+The losses of a fake-backend step mean nothing (the collectives moved no data); the
+shapes, placements and byte counts are exact. Nothing here runs on, or pretends to be,
+a NeuronCore.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model.presets import PRESETS
+from ..model.variants import get_variant
+from .spec import RunSpec, plan_run
+
+GIB = 1024**3
+#: tokens per sequence of the simulated step (activations are estimated at the preset's)
+DRY_RUN_SEQ_LEN = 128
+
+
+@dataclass
+class DryRunReport:
+    variant: str
+    preset: str
+    layers: int
+    world_size: int
+    tp: int
+    fsdp: int
+    ep: int
+    seq_len: int  # the preset's, which the estimate is for
+    step_seq_len: int  # what the simulated step ran
+    params_total: int
+    params_per_rank: int
+    bytes_per_rank: int  # measured: rank 0's parameters + gradients + optimizer state
+    estimate: dict[str, float]  # training/memory.py at the preset's sequence length
+    activations_gib: float
+    hbm_gib: float
+    build_s: float
+    step_s: float
+    shards: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def measured_state_gib(self) -> float:
+        return self.bytes_per_rank / GIB
+
+    @property
+    def total_gib(self) -> float:
+        """Measured sharded state + the estimate's other terms."""
+        return self.measured_state_gib + sum(
+            v
+            for k, v in self.estimate.items()
+            if k not in ("params", "grads", "AdamW", "total GiB", "HBM GiB")
+        )
+
+    @property
+    def fits(self) -> bool:
+        return self.total_gib < self.hbm_gib
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data.update(
+            measured_state_gib=round(self.measured_state_gib, 3),
+            total_gib=round(self.total_gib, 2),
+            fits=self.fits,
+        )
+        return data
+
+    def rows(self) -> list[dict[str, object]]:
+        est_state = sum(self.estimate[k] for k in ("params", "grads", "AdamW"))
+        return [
+            {"": "preset / variant", "value": f"{self.preset} / {self.variant}"},
+            {"": "layers", "value": self.layers},
+            {"": "ranks (simulated)", "value": self.world_size},
+            {"": "layout", "value": f"TP {self.tp} x FSDP {self.fsdp}"},
+            {"": "parameters, whole model", "value": self.params_total},
+            {"": "parameters on rank 0", "value": self.params_per_rank},
+            {"": "params+grads+AdamW, measured GiB", "value": round(self.measured_state_gib, 3)},
+            {"": "params+grads+AdamW, estimated GiB", "value": round(est_state, 3)},
+            {
+                "": f"activations at seq {self.seq_len}, estimated GiB",
+                "value": round(self.activations_gib, 2),
+            },  # fmt: skip
+            {"": "total per rank GiB (measured + estimated)", "value": round(self.total_gib, 2)},
+            {"": "HBM per logical core GiB", "value": self.hbm_gib},
+            {"": "fits", "value": self.fits},
+            {"": "build / one step, s", "value": f"{self.build_s:.1f} / {self.step_s:.1f}"},
+        ]
+
+
+def _local(t):
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def measure_rank_state(trainer) -> tuple[int, int, int, list[dict[str, Any]]]:
+    """(parameters of the whole model, parameters on this rank, bytes of params + grads +
+    optimizer state on this rank, a few parameters' placements and local shapes)."""
+    total = local = nbytes = 0
+    shards = []
+    for part in trainer.model_parts:
+        for name, p in part.named_parameters():
+            total += p.numel()
+            data = _local(p)
+            local += data.numel()
+            nbytes += data.numel() * data.element_size()
+            if p.grad is not None:
+                g = _local(p.grad)
+                nbytes += g.numel() * g.element_size()
+            if len(shards) < 6 and ("layers.0." in name or "tok_embeddings" in name):
+                shards.append(
+                    {
+                        "parameter": name,
+                        "global shape": tuple(p.shape),
+                        "placements": str(getattr(p, "placements", "-")),
+                        "local shape": tuple(data.shape),
+                    }
+                )
+    for optimizer in trainer.optimizers.optimizers:
+        for state in optimizer.state.values():
+            for value in state.values():
+                if hasattr(value, "numel") and value.numel() > 1:
+                    v = _local(value)
+                    nbytes += v.numel() * v.element_size()
+    return total, local, nbytes, shards
+
+
+def dry_run(
+    spec: RunSpec, *, layers: int | None = None, step_seq_len: int = DRY_RUN_SEQ_LEN
+) -> DryRunReport:
+    """Build ``spec``'s trn2 configuration on the CPU, rank 0 of its world, and step once.
+
+    ``spec.preset`` defaults to the variant's trn2 preset and ``spec.nproc`` (when 1) to
+    the preset's world size. ``layers`` keeps the layout but builds fewer layers (for a
+    quick check of the 30B-A3B layout).
+    """
+    from ..assets import ensure_tokenizer
+    from .train import quiet_torchtitan
+    from .trainer import build_trainer
+
+    variant = get_variant(spec.variant)
+    preset_name = spec.preset or variant.trn2_preset
+    world = spec.nproc if spec.nproc > 1 else PRESETS[preset_name].world_size
+    spec = spec.replace(preset=preset_name, nproc=world, out=spec.out or "runs/dry-run", steps=1)
+    trn2 = plan_run(spec, device_type="neuron")  # what a trn2.48xlarge would run
+    if layers is not None:
+        shape = dataclasses.replace(trn2.shape, n_layers=layers)
+        preset = dataclasses.replace(trn2.preset, shape=shape)
+        trn2 = dataclasses.replace(trn2, shape=shape, preset=preset)
+    estimate = trn2.memory()
+    # The same plan on this CPU: same model config, layout and checkpointing; the
+    # embedded corpus instead of C4 (no hub), a short sequence for the one step.
+    here = dataclasses.replace(
+        trn2,
+        device_type="cpu",
+        seq_len=step_seq_len,
+        corpus="embedded",
+        tokenizer_dir=ensure_tokenizer(),
+    )
+    saved = {k: os.environ.get(k) for k in ("NGPU",)}
+    os.environ["NGPU"] = str(world)
+    try:
+        with tempfile.TemporaryDirectory() as out, quiet_torchtitan(False):
+            started = time.perf_counter()
+            trainer = build_trainer(here, out, comm_mode="fake_backend", metrics_file="")
+            built = time.perf_counter()
+            try:
+                trainer.train()
+                stepped = time.perf_counter()
+                total, local, nbytes, shards = measure_rank_state(trainer)
+            finally:
+                trainer.close()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return DryRunReport(
+        variant=spec.variant,
+        preset=preset_name,
+        layers=trn2.shape.n_layers,
+        world_size=world,
+        tp=trn2.tp,
+        fsdp=trn2.fsdp,
+        ep=trn2.preset.layout.ep,
+        seq_len=trn2.seq_len,
+        step_seq_len=step_seq_len,
+        params_total=total,
+        params_per_rank=local,
+        bytes_per_rank=nbytes,
+        estimate=estimate.row(),
+        activations_gib=estimate.activations_gib,
+        hbm_gib=estimate.hbm_gib,
+        build_s=built - started,
+        step_s=stepped - built,
+        shards=shards,
+    )

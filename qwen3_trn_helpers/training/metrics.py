@@ -1,0 +1,183 @@
+"""Per-step metrics: torchtitan's MetricsProcessor, plus a JSON line per completed step.
+
+We time nothing ourselves: torchtitan's ``MetricsProcessor`` measures loss, grad norm,
+throughput, step time and memory, and hands them to its loggers (TensorBoard, W&B)
+through the ``BaseLogger`` interface. :class:`Qwen3TrnMetrics` is that processor with
+one more logger, which appends each step to ``DUMP_FOLDER/metrics.jsonl`` and flushes
+it at once, so an interrupted run leaves a valid file holding every completed step.
+Because it is part of the trainer config, torchtitan's own entry point
+(``python -m torchtitan.train --module qwen3_trn_helpers ...``) writes the same file.
+
+On trn2 it also corrects two readings torchtitan 0.3.0 gets wrong there:
+
+- memory: torch-neuronx's ``memory_stats()`` is nested (``active_bytes: {current,
+  peak, ...}``; ``reserved_bytes`` is "currently always 0"), while torchtitan reads flat
+  CUDA keys (``active_bytes.all.peak``) and would log -1 B;
+- MFU: torchtitan's peak for every trn2 device is 2 x 79 TFLOPS whatever the logical
+  core size; we use 79 TFLOPS x LNC (``trn2.Topology.peak_tflops_per_core``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torchtitan.components.metrics import (
+    BaseLogger,
+    DeviceMemoryMonitor,
+    DeviceMemStats,
+    LoggerContainer,
+    MetricsProcessor,
+)
+
+#: torchtitan metric key -> our short name.
+KEYS = {
+    "loss_metrics/global_avg_loss": "loss",
+    "grad_norm": "grad_norm",
+    "throughput(tps)": "tokens_per_s",
+    "time_metrics/end_to_end(s)": "step_time_s",
+    "tflops": "tflops",
+    "mfu(%)": "mfu_pct",
+    "memory/max_reserved(GiB)": "memory_gib",
+    "n_tokens_seen": "tokens_seen",
+}
+
+
+def to_record(step: int, metrics: dict[str, Any], with_mfu: bool = True) -> dict[str, Any]:
+    record: dict[str, Any] = {"step": step}
+    for key, name in KEYS.items():
+        if name == "mfu_pct" and not with_mfu:
+            continue
+        if key in metrics:
+            value = metrics[key]
+            if name == "tokens_seen":
+                record[name] = int(value)
+            else:  # JSON has no NaN/inf: write null so every line stays valid JSON
+                value = float(value)
+                record[name] = value if math.isfinite(value) else None
+    lrs = [v for k, v in metrics.items() if k.startswith("lr/")]
+    if lrs:
+        record["lr"] = float(lrs[0])
+    return record
+
+
+class JsonlMetricsLogger(BaseLogger):
+    """A torchtitan metrics logger that appends each step to a JSON-lines file.
+
+    At its first step it drops the file's lines for that step and later ones: a fresh
+    run (step 1) starts an empty file, and a run resumed from a checkpoint keeps the
+    steps before it without repeating the ones it trains again.
+    """
+
+    def __init__(self, path: Path, with_mfu: bool = True):
+        self.path = Path(path)
+        self.with_mfu = with_mfu
+        self.on_step: Callable[[dict[str, Any]], None] | None = None
+        self._file = None
+
+    def _open(self, first_step: int) -> None:
+        kept = read_metrics(self.path) if self.path.exists() else []
+        kept = [r for r in kept if r.get("step", 0) < first_step]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        tmp.replace(self.path)
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        if "loss_metrics/global_avg_loss" not in metrics:
+            return  # validation metrics have their own keys; not a training step
+        if self._file is None:
+            self._open(step)
+        record = to_record(step, metrics, self.with_mfu)
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        if self.on_step is not None:
+            self.on_step(record)
+
+    def close(self) -> None:
+        if self._file is not None and not self._file.closed:
+            self._file.close()
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Every complete line of a metrics file (a torn last line is ignored)."""
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+    return records
+
+
+def neuron_memory_peaks(stats: dict[str, Any]) -> tuple[int, int]:
+    """(peak active bytes, peak held bytes) from torch-neuronx's nested memory_stats().
+
+    torch-neuronx reports ``{"allocated_bytes": {"current", "peak", ...},
+    "reserved_bytes": {...}, "active_bytes": {...}, "num_ooms": ...}``; reserved is
+    always 0 today, so the memory a run holds is the allocated peak.
+    """
+    active = int(stats.get("active_bytes", {}).get("peak", -1))
+    held = max(
+        int(stats.get("reserved_bytes", {}).get("peak", 0)),
+        int(stats.get("allocated_bytes", {}).get("peak", -1)),
+    )
+    return active, held
+
+
+class NeuronMemoryMonitor(DeviceMemoryMonitor):
+    """torchtitan's memory monitor, reading torch-neuronx's nested statistics."""
+
+    def get_peak_stats(self) -> DeviceMemStats:
+        from torchtitan.tools.utils import device_module
+
+        stats = device_module.memory_stats(self.device)
+        active, held = neuron_memory_peaks(stats)
+        return DeviceMemStats(
+            self._to_gib(active),
+            self._to_pct(active),
+            self._to_gib(held),
+            self._to_pct(held),
+            int(stats.get("num_alloc_retries", 0)),
+            int(stats.get("num_ooms", 0)),
+        )
+
+
+class Qwen3TrnMetrics(MetricsProcessor):
+    """torchtitan's MetricsProcessor + metrics.jsonl (+ trn2 memory and MFU readings)."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(MetricsProcessor.Config):
+        jsonl_file: str = "metrics.jsonl"
+        """File in the dump folder that gets one JSON line per step ('' for none)."""
+
+    def __init__(self, config: Config, *, parallel_dims, dump_folder: str = "./outputs", **kw):
+        super().__init__(config, parallel_dims=parallel_dims, dump_folder=dump_folder, **kw)
+        import torch.distributed as dist
+        from torchtitan.tools.utils import device_type
+
+        if device_type == "neuron":
+            from ..trn2 import Topology, lnc_from_env
+
+            self.device_memory_monitor = NeuronMemoryMonitor(f"{device_type}:0")
+            self.gpu_peak_flops = Topology(lnc_from_env()).peak_tflops_per_core * 1e12
+        self.jsonl: JsonlMetricsLogger | None = None
+        rank0 = not dist.is_initialized() or dist.get_rank() == 0
+        if config.jsonl_file and rank0 and not parallel_dims.pp_enabled:
+            Path(dump_folder).mkdir(parents=True, exist_ok=True)
+            # MFU needs the chip's peak FLOPs, which torchtitan knows for Trainium and
+            # GPUs; on a CPU it would divide by an A100's, so it is left out there.
+            self.jsonl = JsonlMetricsLogger(
+                Path(dump_folder) / config.jsonl_file, with_mfu=device_type in ("neuron", "cuda")
+            )
+            container = LoggerContainer()
+            container.add_logger(self.logger)
+            container.add_logger(self.jsonl)
+            self.logger = container

@@ -1,0 +1,380 @@
+"""Every change we make to torchtitan's or transformers' behaviour at run time, in one place.
+
+Each patch is a context manager that applies a named change and undoes it on exit; the
+trainer (training/trainer.py) enters the ones a run needs when it is built and leaves
+them when it is closed, so nothing outlives the run that needed it. Each says why it
+exists and which versions it was written for, and ``tests/test_patches.py`` checks that
+each one still is needed (it fails once upstream fixes the problem, so the patch can
+be deleted) and that it works.
+
+Swapping attention and MoE experts is not a patch: it goes through torchtitan's own
+override mechanism (model/attention.py, model/moe_blockwise.py).
+"""
+
+from __future__ import annotations
+
+import platform
+import resource
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from ..torchtitan_internals import TESTED_TORCHTITAN
+
+
+@contextmanager
+def replaced(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """``owner.name = value`` for the duration; the original is put back on exit."""
+    missing = object()
+    original = (
+        owner.__dict__.get(name, missing)
+        if isinstance(owner, type)
+        else getattr(owner, name, missing)
+    )
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        if original is missing:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, original)
+
+
+@contextmanager
+def replaced_item(mapping: dict, key: Any, value: Any) -> Iterator[None]:
+    """``mapping[key] = value`` for the duration; the original entry is put back on exit."""
+    missing = object()
+    original = mapping.get(key, missing)
+    mapping[key] = value
+    try:
+        yield
+    finally:
+        if original is missing:
+            mapping.pop(key, None)
+        else:
+            mapping[key] = original
+
+
+# --- the device torchtitan trains on ------------------------------------------------
+
+
+class CpuDeviceModule:
+    """The slice of the ``torch.cuda`` API torchtitan calls, answered for the host CPU.
+
+    ``torch.cpu`` lacks the memory-statistics calls torchtitan's metrics make. Memory
+    figures are the process's peak resident set size (``ru_maxrss``), which cannot be
+    reset, so "peak since last step" reads as "peak so far" on a CPU.
+    """
+
+    set_device = staticmethod(torch.cpu.set_device)
+    is_available = staticmethod(lambda: True)
+    synchronize = staticmethod(lambda *a, **k: None)
+    empty_cache = staticmethod(lambda: None)
+    reset_peak_memory_stats = staticmethod(lambda *a, **k: None)
+
+    @staticmethod
+    def device_count() -> int:
+        return 1  # one "device" per process: torchtitan then uses index 0 for every rank
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+    @staticmethod
+    def get_device_name(device: Any = None) -> str:
+        return f"cpu ({platform.processor() or platform.machine()})"
+
+    @staticmethod
+    def get_device_properties(device: Any = None) -> SimpleNamespace:
+        import os
+
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return SimpleNamespace(name="cpu", total_memory=total)
+
+    @staticmethod
+    def memory_stats(device: Any = None) -> dict[str, int]:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return {
+            "active_bytes.all.peak": peak,
+            "reserved_bytes.all.peak": peak,
+            "num_alloc_retries": 0,
+            "num_ooms": 0,
+        }
+
+
+CPU_DEVICE_MODULE = CpuDeviceModule()
+
+
+def torchtitan_device_type() -> str:
+    """The device torchtitan chose at import: ``_get_available_device_type() or "cuda"``."""
+    from torchtitan.tools import utils
+
+    return utils.device_type
+
+
+@contextmanager
+def torchtitan_on_cpu() -> Iterator[list[str]]:
+    """Point torchtitan's module-level ``device_type``/``device_module`` at the CPU.
+
+    Why: torchtitan 0.3.0 picks its device once, at import (tools/utils.py:
+    ``_get_available_device_type() or "cuda"``), and several modules copy the two
+    names (``from torchtitan.tools.utils import device_type``). On a machine with no
+    accelerator it chooses CUDA and dies at ``set_device``; on a Mac it chooses
+    ``mps``; and a run asked to use the CPU on a GPU host would train on the GPU. Each
+    copy is replaced for the run and restored afterwards. Not needed on trn2, where
+    torchtitan finds ``neuron`` itself. Yields the modules changed.
+    """
+    import torchtitan.trainer  # noqa: F401  (imports the modules that copy the names)
+    from torchtitan.tools import utils
+
+    chosen_type, chosen_module = utils.device_type, utils.device_module
+    changed = _swap_device(chosen_type, chosen_module, "cpu", CPU_DEVICE_MODULE)
+    try:
+        yield changed
+    finally:
+        _swap_device("cpu", CPU_DEVICE_MODULE, chosen_type, chosen_module)
+
+
+def _swap_device(old_type: str, old_module: Any, new_type: str, new_module: Any) -> list[str]:
+    changed = []
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("torchtitan") or module is None:
+            continue
+        hit = False
+        if getattr(module, "device_type", None) == old_type:
+            module.device_type, hit = new_type, True
+        if getattr(module, "device_module", None) is old_module:
+            module.device_module, hit = new_module, True
+        if hit:
+            changed.append(name)
+    return changed
+
+
+# --- end of run -----------------------------------------------------------------------
+
+
+def trainer_sleeps_at_end() -> bool:
+    """The condition for :func:`no_end_of_run_sleep` (torchtitan 0.3.0's Trainer.train)."""
+    import inspect
+
+    from torchtitan.trainer import Trainer
+
+    return "time.sleep(2)" in inspect.getsource(Trainer.train)
+
+
+@contextmanager
+def no_end_of_run_sleep() -> Iterator[None]:
+    """Skip the 2 s sleep at the end of ``Trainer.train`` in a one-rank run.
+
+    Why: torchtitan 0.3.0 sleeps 2 s on rank 0 after the last step "for other ranks to
+    complete". With one rank there are none, and a notebook or test that trains a dozen
+    short runs waits half a minute for nothing. Multi-rank runs keep the sleep.
+    """
+    import torchtitan.trainer as trainer_module
+
+    clock = SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if not k.startswith("_")})
+    clock.sleep = lambda seconds: None
+    with replaced(trainer_module, "time", clock):
+        yield
+
+
+# --- torchtitan's transformers backend (variant "transformers_v5") ------------------
+
+
+def hf_rotary_lacks_rope_init_fn() -> bool:
+    """The condition for :func:`hf_backend_rope_init` (true with transformers 5.x)."""
+    from transformers import Qwen3Config
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+    cfg = Qwen3Config(hidden_size=8, num_attention_heads=2, num_key_value_heads=2, head_dim=4)
+    return not hasattr(Qwen3RotaryEmbedding(cfg), "rope_init_fn")
+
+
+def recompute_rotary_inv_freq(model: torch.nn.Module) -> int:
+    """Recompute every HF rotary module's ``inv_freq`` the way its ``__init__`` does."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    count = 0
+    for module in model.modules():
+        if not hasattr(module, "inv_freq") or not hasattr(module, "rope_type"):
+            continue
+        if module.rope_type == "default":
+            inv_freq, scaling = module.compute_default_rope_parameters(module.config)
+        else:
+            inv_freq, scaling = ROPE_INIT_FUNCTIONS[module.rope_type](module.config)
+        device = module.inv_freq.device
+        module.inv_freq.copy_(inv_freq.to(device=device, dtype=module.inv_freq.dtype))
+        if hasattr(module, "original_inv_freq"):
+            module.original_inv_freq.copy_(module.inv_freq)
+        module.attention_scaling = scaling
+        count += 1
+    return count
+
+
+@contextmanager
+def hf_backend_rope_init() -> Iterator[None]:
+    """Give HF rotary embeddings real ``inv_freq`` values after torchtitan materialises them.
+
+    Why: torchtitan 0.3.0's transformers backend builds the HF model on the meta device,
+    materialises it with ``to_empty()`` (uninitialised memory) and then recomputes
+    ``inv_freq`` only through ``module.rope_init_fn``, an attribute transformers 5.x no
+    longer keeps. ``inv_freq`` is a non-persistent buffer, so loading a checkpoint does
+    not fix it either: RoPE silently breaks, and a pretrained model trains from near
+    ln(vocab) (the class of bug in pytorch/torchtitan#3775). We run torchtitan's
+    ``init_states`` and then recompute ``inv_freq`` as transformers' ``__init__`` does.
+    """
+    from ..torchtitan_internals import hf_backend_attention
+
+    cls = hf_backend_attention().model_class
+    original = cls.init_states
+
+    def init_states(self, *, buffer_device=None) -> None:
+        original(self, buffer_device=buffer_device)
+        with torch.no_grad():
+            recompute_rotary_inv_freq(self.model)
+
+    with replaced(cls, "init_states", init_states):
+        yield
+
+
+@contextmanager
+def hf_backend_sdpa() -> Iterator[None]:
+    """Run the transformers backend's attention through SDPA instead of FlexAttention.
+
+    Why: the backend sends HF attention to FlexAttention (registered under its own
+    name) with a compiled BlockMask. FlexAttention has no CPU backward and is not what
+    the Neuron compiler lowers, so off CUDA we register transformers' own SDPA
+    attention under that name (``AttentionInterface.register``, HF's documented hook).
+    Causal attention then passes no mask at all (SDPA's ``is_causal``); document-masked
+    attention uses the dense block-causal mask the backend already builds for models
+    that cannot take a BlockMask (``_build_dense_attention_mask``). Same maths.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from ..torchtitan_internals import hf_backend_attention
+
+    backend = hf_backend_attention()
+    name = backend.implementation_name
+
+    def get_attention_masks(self, positions: torch.Tensor) -> torch.Tensor | None:
+        if getattr(self.model.config, "attn_mask_type", "causal") == "block_causal":
+            return self._build_dense_attention_mask(positions)
+        return None  # no mask: HF's SDPA attention then uses is_causal
+
+    with ExitStack() as stack:
+        # every new backend config re-registers the module's _flex_attention_torchtitan
+        stack.enter_context(
+            replaced(backend.module, "_flex_attention_torchtitan", sdpa_attention_forward)
+        )
+        stack.enter_context(
+            replaced(backend.model_class, "get_attention_masks", get_attention_masks)
+        )
+        registry = ALL_ATTENTION_FUNCTIONS._global_mapping
+        stack.enter_context(replaced_item(registry, name, sdpa_attention_forward))
+        yield
+
+
+@contextmanager
+def keep_transformers_init() -> Iterator[None]:
+    """Undo, on exit, the transformers-wide init patches torchtitan's backend installs.
+
+    Why: building a transformers-backend model (torchtitan 0.3.0,
+    ``HFTransformerModel._patch_hf_llama_like``) replaces
+    ``PreTrainedModel._init_weights`` and ``_initialize_weights`` for *every* transformers
+    model in the process, and wraps the decoder layer's ``__init__`` again on each build.
+    Its replacement does not initialise rotary ``inv_freq`` buffers, so any model loaded
+    later with plain ``from_pretrained`` in the same process gets broken RoPE (seen as
+    a 0.4-0.5 logit error in the parity check after one transformers_v5 run).
+    """
+    from transformers import modeling_utils
+    from transformers.models.qwen3 import modeling_qwen3
+    from transformers.models.qwen3_moe import modeling_qwen3_moe
+
+    pretrained = modeling_utils.PreTrainedModel
+    saved = [
+        (pretrained, "_init_weights", pretrained.__dict__["_init_weights"]),
+        (pretrained, "_initialize_weights", pretrained.__dict__["_initialize_weights"]),
+    ]
+    for module, name in (
+        (modeling_qwen3, "Qwen3DecoderLayer"),
+        (modeling_qwen3_moe, "Qwen3MoeDecoderLayer"),
+    ):
+        cls = getattr(module, name)
+        saved.append((cls, "__init__", cls.__dict__["__init__"]))
+    try:
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+
+
+#: patches a variant names in its registry entry (model/variants.py)
+VARIANT_PATCHES: dict[str, Callable[[str], Any]] = {
+    # (device_type) -> context manager
+    "hf_backend_rope_init": lambda device: (
+        hf_backend_rope_init() if hf_rotary_lacks_rope_init_fn() else nullcontext()
+    ),
+    "hf_backend_sdpa": lambda device: hf_backend_sdpa() if device != "cuda" else nullcontext(),
+    "keep_transformers_init": lambda device: keep_transformers_init(),
+}
+
+
+@contextmanager
+def run_patches(variant_patches: tuple[str, ...], device_type: str, world_size: int):
+    """Everything one run needs, entered together and undone together."""
+    check_torchtitan_version()
+    with ExitStack() as stack:
+        if device_type == "cpu" and torchtitan_device_type() != "cpu":
+            stack.enter_context(torchtitan_on_cpu())
+        if world_size == 1 and trainer_sleeps_at_end():
+            stack.enter_context(no_end_of_run_sleep())
+        for name in variant_patches:
+            stack.enter_context(VARIANT_PATCHES[name](device_type))
+        yield
+
+
+def check_torchtitan_version() -> str:
+    """The installed torchtitan version; warns when the patches were not tested on it."""
+    import warnings
+    from importlib import metadata
+
+    version = metadata.version("torchtitan")
+    if not version.startswith(TESTED_TORCHTITAN):
+        warnings.warn(
+            f"qwen3-trn was tested with torchtitan {TESTED_TORCHTITAN[0]}x, found {version}; "
+            "its patches may be unnecessary or wrong there",
+            stacklevel=2,
+        )
+    return version
+
+
+# --- multi-rank on CPU --------------------------------------------------------------
+
+
+def force_sum_reduction_for_gloo(model_parts: list[torch.nn.Module]) -> int:
+    """Make FSDP2 reduce gradients with SUM, the only reduction gloo offers.
+
+    Why: torchtitan normalises the loss by the global token count and so sets FSDP's
+    gradient divide factor to 1; FSDP2 then reduce-scatters with
+    ``ReduceOp.PREMUL_SUM(1.0)``, which NCCL (and Neuron's backend) implement and gloo
+    does not ("Cannot use ReduceOp.PREMUL_SUM with Gloo"). FSDP2's public
+    ``set_force_sum_reduction_for_comms`` switches to SUM followed by the same (x1)
+    scaling: identical gradients. Only for CPU runs with more than one rank; a call on
+    the built model, not a patch of anyone's code. Returns the FSDP modules changed.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    count = 0
+    for part in model_parts:
+        for module in part.modules():
+            if isinstance(module, FSDPModule):
+                module.set_force_sum_reduction_for_comms(True)
+                count += 1
+    return count

@@ -1,0 +1,125 @@
+"""Where "published weights" come from: the hub on trn2, a locally made checkpoint on CPU.
+
+On trn2 the pretrained run starts from Qwen/Qwen3-4B-Instruct-2507 (or Qwen3-30B-A3B),
+downloaded from the hub. A CPU in CI or on a laptop cannot download 8 GB, and the small
+presets have no published weights anyway, so we make our own, honestly: pretrain the
+small Qwen3 on the embedded corpus (without the documents a run on ``embedded`` starts
+with, so it is scored on text it has not seen) with the same torchtitan trainer, let
+torchtitan's checkpointer export it in Hugging Face format (its state-dict adapter,
+safetensors), add config.json and the tokenizer, and cache the folder. A pretrained run
+then loads it through exactly the path a hub checkpoint takes (``--init DIR`` ->
+``initial_load_in_hf``). The folder's ``qwen3_trn_recipe.json`` records how it was made.
+
+:func:`resolve_init` is what callers (the CLI, ``run()``, reproduce, the panel) use to
+turn ``init="pretrained"`` into a folder before planning a run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+from ..errors import AssetError
+from ..model.presets import Preset
+from .spec import RunSpec
+
+#: How the local "published" checkpoints are pretrained. Changing it makes new ones.
+RECIPE = {
+    "corpus": "embedded-pretrain",
+    "steps": 40,
+    "local_batch_size": 2,
+    "seq_len": 256,
+    "lr": 8e-3,
+    "warmup_steps": 5,
+    "seed": 1234,
+    "format": 2,
+}
+
+
+def published_dir(preset: Preset) -> Path:
+    from ..assets import cache_dir
+
+    key = json.dumps({"shape": asdict(preset.shape), "recipe": RECIPE}, sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return cache_dir() / f"published-{preset.name}-{digest}"
+
+
+def _pretrain_into(preset: Preset, folder: Path, progress: bool) -> None:
+    from ..assets import ensure_tokenizer
+    from ..model.hf_checkpoint import check_hf_checkpoint
+    from .train import train
+
+    # Variants of one architecture share a checkpoint; torchtitan's own model makes it.
+    variant = "nki_moe" if preset.shape.is_moe else "native"
+    work = folder / "pretrain"
+    result = train(
+        RunSpec(
+            variant=variant,
+            preset=preset.name,
+            init="random",
+            corpus=RECIPE["corpus"],
+            steps=RECIPE["steps"],
+            local_batch_size=RECIPE["local_batch_size"],
+            seq_len=RECIPE["seq_len"],
+            lr=RECIPE["lr"],
+            warmup_steps=RECIPE["warmup_steps"],
+            seed=RECIPE["seed"],
+            device="cpu",
+            export_hf=True,
+            out=str(work),
+        ),
+        label=f"pretraining the local '{preset.name}' checkpoint",
+        progress=progress,
+    )
+    exported = work / "checkpoint" / f"step-{RECIPE['steps']}"
+    weights = sorted(exported.glob("*.safetensors"))
+    if not weights:
+        raise AssetError(f"torchtitan exported no safetensors into {exported}")
+    for file in weights + sorted(exported.glob("*.index.json")):
+        shutil.copy2(file, folder / file.name)
+    preset.shape.hf_config().save_pretrained(folder)
+    tokenizer = ensure_tokenizer()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy2(tokenizer / name, folder / name)
+    shutil.rmtree(work)
+    check_hf_checkpoint(folder)  # what we cache must pass the checks users' folders do
+    recipe = {
+        **RECIPE,
+        "made_by": f"qwen3-trn pretraining of preset {preset.name!r} ({variant})",
+        "final_loss": result.losses[-1],
+        "losses": result.losses,
+    }
+    (folder / "qwen3_trn_recipe.json").write_text(json.dumps(recipe, indent=2))
+
+
+def ensure_local_published(preset: Preset, progress: bool = True) -> Path:
+    """The cached local "published" checkpoint of ``preset``, made on first use."""
+    from ..assets import cached_folder
+
+    return cached_folder(
+        published_dir(preset),
+        lambda folder: _pretrain_into(preset, folder, progress),
+        marker="qwen3_trn_recipe.json",
+    )
+
+
+def resolve_init(spec: RunSpec, device_type: str, progress: bool = True) -> RunSpec:
+    """``spec`` with ``init="pretrained"`` replaced by the folder of published weights.
+
+    The preset is written into the returned spec, so a pretrained run trains exactly
+    the preset (layout, sequence length, checkpointing) a random one would: only the
+    initial weights differ.
+    """
+    if spec.init != "pretrained":
+        return spec
+    preset = spec.resolve_preset(device_type, None)
+    if preset.hub_id is not None:
+        from .hub import download_checkpoint
+
+        folder = download_checkpoint(preset.hub_id)
+    else:
+        folder = ensure_local_published(preset, progress)
+    return spec.replace(init=str(folder), preset=preset.name)

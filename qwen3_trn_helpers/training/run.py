@@ -1,0 +1,91 @@
+"""``run(...)``: train Qwen3 with torchtitan from Python, as the notebooks do.
+
+    from qwen3_trn_helpers import run
+    result = run("native", steps=10, init="random")
+    result.losses, result.metrics_path
+
+Keyword arguments are :class:`~.spec.RunSpec` fields (the same as ``qwen3-trn train``'s
+flags). ``run`` resolves ``init="pretrained"`` to a folder, then trains in this process,
+or, for several ranks and on trn2, through torchrun in child processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Any
+
+from ..errors import ConfigError
+from .spec import RunSpec
+
+
+def make_spec(variant: str = "native", **params: Any) -> RunSpec:
+    """A validated RunSpec, with a clear error for a misspelt parameter."""
+    names = {f.name for f in fields(RunSpec)}
+    unknown = sorted(set(params) - names)
+    if unknown:
+        raise ConfigError(
+            f"unknown run parameter {unknown[0]!r}; the parameters are: {', '.join(sorted(names))}"
+        )
+    # folders may come as pathlib.Path; the spec holds text (it is written to run.json)
+    params = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in params.items()}
+    return RunSpec(variant=variant, **params).validate()
+
+
+def run(
+    variant: str = "native",
+    *,
+    progress: bool = True,
+    verbose: bool = False,
+    label: str | None = None,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+    **params: Any,
+):
+    """Train and return a :class:`~.train.RunResult` (losses, metrics, run folder)."""
+    spec = make_spec(variant, **params)
+    return run_spec(spec, progress=progress, verbose=verbose, label=label, on_step=on_step)
+
+
+def run_spec(
+    spec: RunSpec,
+    *,
+    progress: bool = True,
+    verbose: bool = False,
+    label: str | None = None,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+):
+    """:func:`run` for a spec: here for one CPU/GPU rank, else through torchrun."""
+    from ..device import resolve_device
+    from .published import resolve_init
+    from .rendezvous import launched_by_torchrun
+    from .train import train
+
+    device = resolve_device(spec.device)
+    spec = resolve_init(spec, device, progress)
+    if launched_by_torchrun() or (spec.nproc == 1 and device != "neuron"):
+        return train(spec, progress=progress, verbose=verbose, label=label, on_step=on_step)
+
+    from .launch import launch
+
+    if spec.out is None:
+        spec = spec.replace(out=f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=spec.steps, desc=label or f"{spec.variant} x{spec.nproc}", unit="step")
+
+    def step_done(record: dict[str, Any]) -> None:
+        if bar is not None:
+            bar.set_postfix(loss=f"{record['loss']:.3f}")
+            bar.update(1)
+        if on_step is not None:
+            on_step(record)
+
+    try:
+        return launch(spec, device, on_step=step_done)
+    finally:
+        if bar is not None:
+            bar.close()

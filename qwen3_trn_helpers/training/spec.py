@@ -1,0 +1,405 @@
+"""``RunSpec``: the one list of run parameters. ``plan_run``: a spec resolved for a machine.
+
+Every run parameter and its default is written once, below. The command line
+(``qwen3-trn train --steps 10 ...``) is generated from these fields (``cli.py``), the
+Python API takes them as keyword arguments (``run(steps=10, ...)``), and a multi-rank
+launch hands the same spec to every rank (``to_argv``). Defaults that depend on the
+machine (preset, corpus, attention) are ``None``/``"auto"`` here and resolved by
+:func:`plan_run`, which reads files but never trains, never writes a run folder and
+never changes the spec it is given.
+
+Cheap to import: no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..model.presets import PRESETS, Layout, Preset, get_preset
+from ..model.shapes import Qwen3Shape
+from ..model.variants import VARIANTS, get_variant
+
+DEVICES = ("auto", "neuron", "cuda", "cpu")
+ATTENTION = ("auto", "document", "causal", "flex")
+MOE_IMPLS = ("blockwise", "grouped_mm")
+PRECISIONS = ("bfloat16", "float32")
+
+
+def _param(default: Any, help: str, **cli: Any) -> Any:
+    """A run parameter: its default and its help text (the CLI reads both)."""
+    return field(default=default, metadata={"help": help, **cli})
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything that defines a training run, as the user gave it."""
+
+    variant: str = _param("native", "which Qwen3 implementation", choices=tuple(VARIANTS))
+    preset: str | None = _param(
+        None,
+        "model size and layout (default: the variant's small preset; on trn2 with "
+        "--nproc 64 its full-size preset)",
+        choices=tuple(PRESETS),
+    )
+    steps: int = _param(10, "optimizer steps", positive=True)
+    local_batch_size: int = _param(1, "sequences per rank per step", positive=True)
+    seq_len: int | None = _param(None, "tokens per sequence (default: the preset's)", positive=True)
+    init: str = _param(
+        "random",
+        "random | pretrained (the preset's published weights) | DIR (a Hugging Face Qwen3 "
+        "folder, whose shape the model takes)",
+    )
+    corpus: str | None = _param(
+        None,
+        "embedded | a .txt/.jsonl file or folder | a torchtitan dataset such as c4 "
+        "(default: the preset's: embedded for the small presets, c4 for trn2's)",
+    )
+    tokenizer: str | None = _param(
+        None, "folder with tokenizer.json (default: the checkpoint's, else the offline Qwen3)"
+    )
+    lr: float = _param(
+        8e-4, "peak learning rate (AdamW, linear warmup then linear decay)", positive=True
+    )
+    warmup_steps: int = _param(2, "learning-rate warmup steps", non_negative=True)
+    seed: int = _param(0, "random seed (initialisation and data order)")
+    device: str = _param(
+        "auto", "where to train (auto: neuron, else cuda, else cpu)", choices=DEVICES
+    )
+    nproc: int = _param(
+        1,
+        "ranks to launch through torchrun (trn2: 64, one per logical NeuronCore)",
+        positive=True,
+    )
+    attention: str = _param(
+        "auto",
+        "document: causal within each packed document; causal: plain causal, as AWS's "
+        "trn2 recipe; flex: torchtitan's FlexAttention (CUDA). auto: causal on neuron, "
+        "flex on cuda, document elsewhere",
+        choices=ATTENTION,
+    )
+    moe_impl: str = _param(
+        "blockwise",
+        "nki_moe experts: blockwise (the NKI kernel's algorithm) or torchtitan's grouped_mm",
+        choices=MOE_IMPLS,
+    )
+    mixed_precision: str = _param(
+        "bfloat16",
+        "dtype of the forward/backward (FSDP mixed precision); float32 for exact comparisons",
+        choices=PRECISIONS,
+    )
+    tensorboard: bool = _param(False, "also write torchtitan's TensorBoard events to OUT/tb")
+    checkpoint_interval: int = _param(
+        0, "save a torchtitan checkpoint every N steps (needed for --resume)", non_negative=True
+    )
+    resume: bool = _param(False, "continue the run in --out from its latest complete checkpoint")
+    export_hf: bool = _param(
+        False, "save the final weights as a Hugging Face folder (torchtitan's checkpointer)"
+    )
+    out: str | None = _param(None, "run folder (default: runs/<date-time>)")
+    overwrite: bool = _param(False, "replace a previous run in --out (metrics and checkpoints)")
+
+    def replace(self, **changes: Any) -> RunSpec:
+        return dataclasses.replace(self, **changes)
+
+    def validate(self) -> RunSpec:
+        """Checks that need no imports and no files: fail fast, before anything loads."""
+        get_variant(self.variant)
+        if self.preset is not None:
+            get_preset(self.preset)
+        for f in fields(self):
+            value = getattr(self, f.name)
+            meta = f.metadata
+            if value is None:
+                continue
+            if "choices" in meta and value not in meta["choices"]:
+                choices = ", ".join(meta["choices"])
+                raise ConfigError(f"{f.name} must be one of {choices}, got {value!r}")
+            if meta.get("positive") or meta.get("non_negative"):
+                is_float = f.type.startswith("float")
+                kind = int | float if is_float else int
+                bad = isinstance(value, bool) or not isinstance(value, kind)
+                if is_float:
+                    if bad or not value > 0:
+                        raise ConfigError(f"{f.name} must be positive, got {value!r}")
+                    continue
+                least = 1 if meta.get("positive") else 0
+                if bad or value < least:
+                    what = "positive" if least else "non-negative"
+                    raise ConfigError(f"{f.name} must be a {what} integer, got {value!r}")
+        if not isinstance(self.init, str) or not self.init:
+            raise ConfigError(
+                f"init must be 'random', 'pretrained' or a checkpoint folder, got {self.init!r}"
+            )
+        if self.resume and not self.checkpoint_interval:
+            raise ConfigError(
+                "resume needs checkpoints: pass the run's checkpoint_interval "
+                "(--checkpoint-interval N) again"
+            )
+        if self.resume and self.overwrite:
+            raise ConfigError("resume continues the run in --out; overwrite would delete it")
+        if self.nproc > 1 and self.out is None:
+            raise ConfigError(
+                f"a {self.nproc}-rank run needs --out: every rank must write to one folder"
+            )
+        return self
+
+    def to_argv(self) -> list[str]:
+        """``qwen3-trn train`` flags that rebuild this spec (defaults left out)."""
+        argv = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value == f.default:
+                continue
+            flag = "--" + f.name.replace("_", "-")
+            argv += [flag] if value is True else [flag, str(value)]
+        return argv
+
+    def needs_hub(self, device_type: str) -> bool:
+        """Does this run download from the Hugging Face hub (weights or text)?"""
+        from ..corpus import is_local
+
+        preset = self.resolve_preset(device_type, None)
+        corpus = self.corpus or preset.corpus
+        return not is_local(corpus) or (self.init == "pretrained" and preset.hub_id is not None)
+
+    def resolve_preset(self, device_type: str, shape: Qwen3Shape | None) -> Preset:
+        """The preset a run uses: the named one, else the variant's default here.
+
+        On trn2 a run over the full-size preset's ranks (64: a whole trn2.48xlarge)
+        takes that preset, the model AWS trained; fewer ranks, anywhere, the small preset
+        that fits one core.
+        An ``init`` folder of another shape keeps the default preset's layout, sequence
+        length and checkpointing, and takes the folder's shape.
+        """
+        variant = get_variant(self.variant)
+        if self.preset is not None:
+            preset = get_preset(self.preset)
+            if shape is not None and not shape.same_architecture(preset.shape):
+                diffs = [d for d in preset.shape.differences(shape) if "max_seq_len" not in d]
+                raise ConfigError(
+                    f"checkpoint {self.init} does not match preset {preset.name!r}: "
+                    f"{'; '.join(diffs)}; drop --preset to train with the checkpoint's own "
+                    "shape, or pick the matching checkpoint"
+                )
+            return preset
+        full = PRESETS[variant.trn2_preset]
+        preset = variant.default_preset(
+            full_size=device_type == "neuron" and self.nproc >= full.world_size
+        )
+        if shape is None or shape.same_architecture(preset.shape):
+            return preset
+        tp = preset.layout.tp
+        if shape.n_heads % tp or shape.n_kv_heads % tp:
+            tp = 1
+        return dataclasses.replace(
+            preset,
+            name=f"{preset.name}, shape of {Path(self.init).name}",
+            shape=shape,
+            description=f"the shape of {self.init}",
+            hub_id=None,
+            layout=Layout(tp=tp),
+            seq_len=min(preset.seq_len, shape.max_seq_len),
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A spec resolved against a machine: device, preset, layout, files. Nothing built."""
+
+    spec: RunSpec
+    device_type: str
+    world_size: int
+    preset: Preset
+    shape: Qwen3Shape
+    seq_len: int
+    tp: int
+    attention: str
+    corpus: str
+    moe_block_size: int
+    init_dir: Path | None  # None: random init, or "pretrained" not resolved yet
+    tokenizer_dir: Path | None  # None only in plans resolved for another machine
+
+    @property
+    def variant(self):
+        return get_variant(self.spec.variant)
+
+    @property
+    def fsdp(self) -> int:
+        return max(self.world_size // self.tp, 1)
+
+    @property
+    def layout(self) -> str:
+        return self.preset.layout.__class__(tp=self.tp).describe(self.world_size)
+
+    @property
+    def activation_checkpoint(self) -> str:
+        return self.preset.activation_checkpoint
+
+    @property
+    def loss_chunks(self) -> int:
+        return self.preset.loss_chunks
+
+    @property
+    def flavor(self) -> str:
+        return self.preset.name
+
+    @property
+    def pretrained_pending(self) -> bool:
+        return self.spec.init == "pretrained"
+
+    def memory(self, lnc: int | None = None):
+        """Per-rank memory estimate of this plan (training/memory.py)."""
+        from ..trn2 import Topology, lnc_from_env
+        from .memory import estimate_memory
+
+        topology = Topology(lnc or lnc_from_env())
+        on_neuron = self.device_type == "neuron"
+        return estimate_memory(
+            self.shape,
+            world=self.world_size,
+            tp=self.tp,
+            seq_len=self.seq_len,
+            local_batch=self.spec.local_batch_size,
+            activation_checkpoint=self.activation_checkpoint,
+            loss_chunks=self.loss_chunks,
+            scores_materialised=on_neuron and self.attention == "document",
+            moe_kernel_copies=on_neuron and self.moe_block_size > 0,
+            hbm_gib=topology.hbm_gib_per_core,
+        )
+
+    def summary(self) -> dict[str, object]:
+        """The resolved settings, as a table row (notebooks and run.json show it)."""
+        return {
+            "variant": self.spec.variant,
+            "preset": self.preset.name,
+            "device": self.device_type,
+            "ranks": self.world_size,
+            "layout": self.layout,
+            "seq len": self.seq_len,
+            "local batch": self.spec.local_batch_size,
+            "activation checkpointing": self.activation_checkpoint,
+            "attention": self.attention,
+            "loss chunks": self.loss_chunks,
+            "corpus": self.corpus,
+            "init": self.spec.init,
+            "steps": self.spec.steps,
+            "lr": self.spec.lr,
+        }
+
+
+def default_attention(device_type: str) -> str:
+    """Plain causal on trn2 (AWS's choice), FlexAttention on CUDA, document-masked SDPA on CPU."""
+    return {"neuron": "causal", "cuda": "flex"}.get(device_type, "document")
+
+
+def plan_run(spec: RunSpec, *, device_type: str | None = None) -> Plan:
+    """Resolve and check every input; raises a Qwen3TrnError naming the fix.
+
+    ``device_type`` resolves the plan for another machine: ``plan_run(spec,
+    device_type="neuron")`` on a laptop shows what a trn2 would run (preset, layout,
+    memory) without touching any device; its tokenizer is not resolved.
+    """
+    from ..assets import resolve_tokenizer, tokenizer_vocab_size
+    from ..corpus import EMBEDDED, EMBEDDED_PRETRAIN, is_local, read_documents
+    from ..device import resolve_device
+    from ..model.hf_checkpoint import check_hf_checkpoint
+
+    spec.validate()
+    here = device_type is None
+    device = resolve_device(spec.device) if here else device_type
+    variant = get_variant(spec.variant)
+
+    init_dir = None
+    folder_shape = None
+    if spec.init not in ("random", "pretrained"):
+        init_dir = Path(spec.init).expanduser()
+        folder_shape = check_hf_checkpoint(init_dir)
+    preset = spec.resolve_preset(device, folder_shape)
+    shape = folder_shape or preset.shape
+    source = f"checkpoint {init_dir}" if init_dir else f"preset {preset.name!r}"
+    variant.check_shape(shape, source)
+
+    seq_len = spec.seq_len or preset.seq_len
+    if seq_len > shape.max_seq_len:
+        raise ConfigError(
+            f"seq_len {seq_len} is beyond the model's context of {shape.max_seq_len} "
+            f"tokens ({source}); use a shorter --seq-len"
+        )
+    world = spec.nproc
+    tp = preset.layout.tp if world % preset.layout.tp == 0 else 1
+    if shape.n_heads % tp or shape.n_kv_heads % tp:
+        raise ConfigError(
+            f"tensor parallel degree {tp} must divide the {shape.n_heads} query and "
+            f"{shape.n_kv_heads} key/value heads ({source})"
+        )
+
+    attention = default_attention(device) if spec.attention == "auto" else spec.attention
+    if attention == "flex" and device != "cuda":
+        raise ConfigError(
+            f"attention 'flex' (FlexAttention) trains on CUDA only, not {device!r}; use "
+            "--attention document or causal"
+        )
+
+    corpus = spec.corpus or preset.corpus
+    embedded = corpus in (EMBEDDED, EMBEDDED_PRETRAIN)
+    if not embedded and (is_local(corpus) or "/" in corpus or Path(corpus).suffix):
+        read_documents(corpus)  # a clear error now (missing, empty), not in the dataloader
+
+    tokenizer_dir = None
+    if here:
+        tok_source = spec.tokenizer
+        if tok_source is None and init_dir is not None and (init_dir / "tokenizer.json").exists():
+            tok_source = str(init_dir)
+        tokenizer_dir = resolve_tokenizer(tok_source)
+        n_tokens = tokenizer_vocab_size(tokenizer_dir)
+        if n_tokens > shape.vocab_size:
+            raise ConfigError(
+                f"the tokenizer in {tokenizer_dir} has {n_tokens} tokens but the model's "
+                f"embedding has {shape.vocab_size} rows ({source}); ids past "
+                f"{shape.vocab_size - 1} would index out of range: use the model's own "
+                "tokenizer or a model with a larger vocabulary"
+            )
+
+    moe_block = 0
+    if shape.is_moe and spec.moe_impl == "blockwise":
+        moe_block = preset.moe_block_size or (256 if device == "neuron" else 64)
+
+    plan = Plan(
+        spec=spec,
+        device_type=device,
+        world_size=world,
+        preset=preset,
+        shape=shape,
+        seq_len=seq_len,
+        tp=tp,
+        attention=attention,
+        corpus=corpus,
+        moe_block_size=moe_block,
+        init_dir=init_dir,
+        tokenizer_dir=tokenizer_dir,
+    )
+    if device == "neuron":
+        memory = plan.memory()
+        if not memory.fits:
+            raise ConfigError(
+                f"preset {preset.name!r} on {world} rank(s) needs about "
+                f"{memory.total_gib:.1f} GiB per NeuronCore, more than its "
+                f"{memory.hbm_gib:.0f} GiB: launch it on {preset.world_size} ranks "
+                f"(--nproc {preset.world_size}, as reproduce does), or train a smaller "
+                "preset in this process"
+                if preset.world_size > world
+                else f"preset {preset.name!r} needs about {memory.total_gib:.1f} GiB per "
+                f"NeuronCore, more than its {memory.hbm_gib:.0f} GiB: shorten --seq-len or "
+                "use activation checkpointing"
+            )
+    return plan
+
+
+def launched_world_size() -> int:
+    """Ranks torchrun started (1 when this process was not launched by torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))

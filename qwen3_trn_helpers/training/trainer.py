@@ -1,0 +1,230 @@
+"""The one place a torchtitan ``Trainer`` is configured and built.
+
+:func:`trainer_config` turns a :class:`~.spec.Plan` into a ``Trainer.Config`` written
+like the entries of torchtitan's own config registries; :func:`build_trainer` builds
+it. Every path that trains or loads a model goes through here: ``run()``, the parity
+check, the dry run, the training panel, multi-rank launches, and torchtitan's own entry
+point (``torchrun -m torchtitan.train --module qwen3_trn_helpers --config ...``), which
+calls ``config.build()`` itself.
+
+Our trainers are torchtitan's (``Trainer``, and the transformers backend's
+``HFTransformerTrainer``) with four additions, all made in ``__init__`` and undone in
+``close()``:
+
+- the compatibility patches the run needs (training/patches.py), entered as one
+  reversible scope, so nothing outlives the run;
+- a one-rank process group when not launched by torchrun (a notebook, or a plain
+  ``python -m torchtitan.train``), torn down on close;
+- FSDP's gradient reduction switched to SUM when several CPU ranks use gloo;
+- a non-finite loss raised as :class:`~qwen3_trn_helpers.errors.NonFiniteLoss` with
+  its step, recognised from the loss tensor itself rather than torchtitan's message.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torchtitan.experiments.transformers_modeling_backend.configs import (
+    TransformersBackendConfig,
+)
+from torchtitan.experiments.transformers_modeling_backend.trainer import HFTransformerTrainer
+from torchtitan.trainer import Trainer
+
+from ..errors import ConfigError, NonFiniteLoss
+from .spec import Plan
+
+
+@dataclass(kw_only=True, slots=True)
+class RunOptions:
+    """What our trainer needs to know beyond torchtitan's own config."""
+
+    variant: str = "native"
+    """The variant (model/variants.py): decides the compatibility patches."""
+
+    device: str = "cpu"
+    """The device type the run was planned for (neuron, cuda or cpu)."""
+
+
+class _RunScope:
+    """Mixin for a torchtitan trainer: patches, process group and failures of one run."""
+
+    def __init__(self, config) -> None:
+        from ..model.variants import get_variant
+        from .patches import force_sum_reduction_for_gloo, run_patches
+        from .rendezvous import one_rank_environment, world_size
+
+        options: RunOptions = config.qwen3_trn
+        self._scope = ExitStack()
+        self._local_losses: list[torch.Tensor] = []
+        try:
+            launched = self._scope.enter_context(one_rank_environment())
+            self._owns_process_group = not launched
+            world = world_size()
+            self._scope.enter_context(
+                run_patches(get_variant(options.variant).patches, options.device, world)
+            )
+            super().__init__(config)  # type: ignore[call-arg]
+            if options.device == "cpu" and world > 1:
+                force_sum_reduction_for_gloo(self.model_parts)
+        except BaseException:
+            self._teardown()
+            raise
+
+    def forward_backward_step(self, **kwargs: Any) -> torch.Tensor:
+        loss = super().forward_backward_step(**kwargs)  # type: ignore[misc]
+        self._local_losses.append(loss.detach())
+        return loss
+
+    def train_step(self, data_iterator) -> None:
+        self._local_losses = []
+        try:
+            super().train_step(data_iterator)  # type: ignore[misc]
+        except RuntimeError:
+            value = self._non_finite_value()
+            if value is None:
+                raise
+            raise NonFiniteLoss(self.step, value) from None  # type: ignore[attr-defined]
+
+    def _non_finite_value(self) -> float | None:
+        """The local loss when it (or, from another rank, the weights) is not finite."""
+        if self._local_losses:
+            local = float(torch.stack([x.float() for x in self._local_losses]).sum())
+            if not math.isfinite(local):
+                return local
+        for part in self.model_parts:  # type: ignore[attr-defined]
+            for p in part.parameters():
+                data = p.to_local() if hasattr(p, "to_local") else p
+                if not torch.isfinite(data).all():
+                    return float("nan")
+        return None
+
+    def close(self) -> None:
+        try:
+            super().close()  # type: ignore[misc]
+        finally:
+            self._teardown()
+
+    def _teardown(self) -> None:
+        import torch.distributed as dist
+
+        if getattr(self, "_owns_process_group", False) and dist.is_initialized():
+            dist.destroy_process_group()
+        self._scope.close()
+
+
+class Qwen3TrnTrainer(_RunScope, Trainer):
+    """torchtitan's Trainer for the native and nki_moe variants."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(Trainer.Config):
+        qwen3_trn: RunOptions = field(default_factory=RunOptions)
+
+
+class Qwen3TrnHFTrainer(_RunScope, HFTransformerTrainer):
+    """The transformers backend's trainer, for the transformers_v5 variant."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(TransformersBackendConfig):
+        qwen3_trn: RunOptions = field(default_factory=RunOptions)
+
+
+#: Variant.trainer -> the trainer class
+TRAINERS = {"torchtitan": Qwen3TrnTrainer, "transformers": Qwen3TrnHFTrainer}
+
+
+def activation_checkpoint_config(kind: str):
+    """torchtitan's AC policy by name (none for the small presets)."""
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+
+    return {"none": None, "selective": SelectiveAC.Config(), "full": FullAC.Config()}[kind]
+
+
+def trainer_config(
+    plan: Plan, out: str | Path, *, comm_mode: str = "default", metrics_file: str = "metrics.jsonl"
+):
+    """The ``Trainer.Config`` for a plan, shaped like torchtitan's registry entries.
+
+    ``comm_mode="fake_backend"`` is torchtitan's dry-run mode (training/dryrun.py);
+    ``metrics_file=""`` writes no metrics.jsonl.
+    """
+    from torchtitan.components.checkpoint import CheckpointManager
+    from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw
+    from torchtitan.config import CommConfig, DebugConfig, ParallelismConfig, TrainingConfig
+    from torchtitan.config.override import OverrideConfig
+    from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
+
+    from ..assets import ensure_tokenizer
+    from ..corpus import dataset_args
+    from ..model.hf_checkpoint import cached_hf_config
+    from .metrics import Qwen3TrnMetrics
+
+    if plan.pretrained_pending:
+        raise ConfigError(
+            "init='pretrained' must be resolved to a checkpoint folder before training: "
+            "qwen3_trn_helpers.training.published.resolve_init(spec)"
+        )
+    spec, variant = plan.spec, plan.variant
+    dataset, dataset_path = dataset_args(plan.corpus)
+    saves = bool(spec.checkpoint_interval or spec.export_hf)
+    init_dir = str(plan.init_dir) if plan.init_dir else None
+    kwargs: dict[str, Any] = dict(
+        model_spec=variant.model_spec(plan.shape, plan.flavor, plan.attention),
+        hf_assets_path=str(plan.tokenizer_dir or ensure_tokenizer()),
+        dump_folder=str(out),
+        metrics=Qwen3TrnMetrics.Config(
+            log_freq=1,
+            enable_tensorboard=spec.tensorboard,
+            disable_color_printing=True,
+            jsonl_file=metrics_file,
+        ),
+        dataloader=HuggingFaceTextDataLoader.Config(dataset=dataset, dataset_path=dataset_path),
+        optimizer=default_adamw(lr=spec.lr),
+        lr_scheduler=LRSchedulersContainer.Config(
+            warmup_steps=min(spec.warmup_steps, spec.steps),
+            decay_ratio=0.8,
+            decay_type="linear",
+            min_lr_factor=0.0,
+        ),
+        training=TrainingConfig(
+            local_batch_size=spec.local_batch_size,
+            seq_len=plan.seq_len,
+            steps=spec.steps,
+            mixed_precision_param=spec.mixed_precision,
+        ),
+        parallelism=ParallelismConfig(tensor_parallel_degree=plan.tp),
+        checkpoint=CheckpointManager.Config(
+            enable=bool(init_dir or saves),
+            load_only=not saves,
+            interval=spec.checkpoint_interval or 10**9,
+            initial_load_path=init_dir,
+            initial_load_in_hf=init_dir is not None,
+            last_save_model_only=spec.export_hf,
+            last_save_in_hf=spec.export_hf,
+        ),
+        activation_checkpoint=activation_checkpoint_config(plan.activation_checkpoint),
+        comm=CommConfig(trace_buf_size=0, mode=comm_mode),
+        debug=DebugConfig(seed=spec.seed),
+        override=OverrideConfig(
+            imports=variant.overrides(plan.attention, plan.moe_block_size, spec.moe_impl)
+        ),
+        loss=variant.loss_config(plan.shape, plan.loss_chunks),
+        qwen3_trn=RunOptions(variant=spec.variant, device=plan.device_type),
+    )
+    trainer = TRAINERS[variant.trainer]
+    if trainer is Qwen3TrnHFTrainer:
+        # the backend builds its model from a config.json: the checkpoint's, else ours
+        kwargs["hf_model"] = init_dir or str(cached_hf_config(plan.shape))
+    return trainer.Config(**kwargs)
+
+
+def build_trainer(plan: Plan, out: str | Path, **options: Any) -> Trainer:
+    """A built torchtitan trainer for ``plan``, writing into ``out``; call ``close()``.
+
+    ``options`` go to :func:`trainer_config`.
+    """
+    return trainer_config(plan, out, **options).build()

@@ -1,0 +1,66 @@
+"""Facts about a trn2.48xlarge, from AWS's documentation, in one place.
+
+16 Trainium2 chips, 8 physical NeuronCore-v3 each. The Neuron runtime groups physical
+cores into *logical* cores (LNC, ``NEURON_LOGICAL_NC_CONFIG``; 2 on trn2 by default), and
+PyTorch sees one ``neuron`` device per logical core. Memory and peak FLOPs per device
+follow from that grouping. Plain data: nothing here touches a device.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+CHIPS = 16
+PHYSICAL_CORES_PER_CHIP = 8
+HBM_GIB_PER_CHIP = 96
+#: dense BF16 TFLOPS of one physical NeuronCore-v3's TensorEngine
+TFLOPS_PER_PHYSICAL_CORE = 79
+DEFAULT_LNC = 2
+
+
+def lnc_from_env() -> int:
+    """Physical cores per logical core, as the Neuron runtime will use them."""
+    value = os.environ.get("NEURON_LOGICAL_NC_CONFIG", str(DEFAULT_LNC))
+    if value not in ("1", "2"):
+        raise ValueError(f"NEURON_LOGICAL_NC_CONFIG must be 1 or 2 on trn2, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Topology:
+    lnc: int = DEFAULT_LNC
+
+    @property
+    def physical_cores(self) -> int:
+        return CHIPS * PHYSICAL_CORES_PER_CHIP
+
+    @property
+    def logical_cores(self) -> int:
+        """Ranks: one training process per logical core."""
+        return self.physical_cores // self.lnc
+
+    @property
+    def cores_per_chip(self) -> int:
+        return PHYSICAL_CORES_PER_CHIP // self.lnc
+
+    @property
+    def hbm_gib_per_core(self) -> float:
+        return HBM_GIB_PER_CHIP * CHIPS / self.logical_cores
+
+    @property
+    def peak_tflops_per_core(self) -> float:
+        """What one logical core can do: LNC physical cores' TensorEngines.
+
+        torchtitan 0.3.0 (tools/utils.py ``get_peak_flops``) returns 79e12 x 2 for every
+        trn2 device whatever the LNC, which halves MFU at LNC 1 no matter what; our
+        metrics use this value instead (training/metrics.py).
+        """
+        return TFLOPS_PER_PHYSICAL_CORE * self.lnc
+
+    def chip_of(self, rank: int) -> int:
+        """The chip a rank's logical core sits on (ranks fill chip 0 first)."""
+        return rank // self.cores_per_chip
+
+
+TRN2 = Topology()

@@ -1,0 +1,72 @@
+"""RunSpec is the one parameter list: the CLI, the Python API and launches come from it."""
+
+import dataclasses
+import subprocess
+import sys
+import time
+
+import pytest
+
+from qwen3_trn_helpers.cli import build_parser, spec_from_args
+from qwen3_trn_helpers.errors import ConfigError
+from qwen3_trn_helpers.training.spec import RunSpec, plan_run
+
+
+def test_every_field_is_a_train_flag_with_its_default():
+    args = build_parser().parse_args(["train"])
+    assert spec_from_args(args) == RunSpec()  # the CLI's defaults are RunSpec's
+    help_text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    for f in dataclasses.fields(RunSpec):
+        assert "--" + f.name.replace("_", "-") in help_text, f.name
+
+
+def test_argv_round_trip():
+    spec = RunSpec(variant="nki_moe", steps=3, lr=1e-3, seq_len=128, tensorboard=True,
+                   out="runs/x", nproc=2, moe_impl="grouped_mm")  # fmt: skip
+    argv = spec.to_argv()
+    assert "--steps" in argv and "--local-batch-size" not in argv  # defaults left out
+    assert spec_from_args(build_parser().parse_args(["train", *argv])) == spec
+
+
+def test_plan_is_pure(tmp_path):
+    spec = RunSpec(steps=2, out=str(tmp_path / "never"))
+    before = dataclasses.asdict(spec)
+    plan = plan_run(spec)
+    assert dataclasses.asdict(spec) == before and plan.spec is spec
+    assert not (tmp_path / "never").exists()  # planning writes no run folder
+    assert plan.seq_len == 256 and plan.preset.name == "tiny"
+
+
+def test_pretrained_is_resolved_by_the_caller_not_the_plan(tmp_path):
+    plan = plan_run(RunSpec(init="pretrained", out=str(tmp_path)))
+    assert plan.pretrained_pending and plan.init_dir is None
+    from qwen3_trn_helpers.training.trainer import trainer_config
+
+    with pytest.raises(ConfigError, match="must be resolved"):
+        trainer_config(plan, tmp_path)
+
+
+def test_debug_accepted_after_the_subcommand():
+    args = build_parser().parse_args(["train", "--steps", "1", "--debug"])
+    assert args.debug is True
+    args = build_parser().parse_args(["--debug", "train"])
+    assert args.debug is True
+    assert build_parser().parse_args(["train"]).debug is False
+
+
+def test_help_and_argument_errors_do_not_import_torch():
+    code = (
+        "import sys, time; t = time.perf_counter();"
+        "from qwen3_trn_helpers.cli import main\n"
+        "try: main(['train', '--steps', 'x'])\n"
+        "except SystemExit: pass\n"
+        "print(time.perf_counter() - t, 'torch' in sys.modules, 'transformers' in sys.modules)"
+    )
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    seconds, torch_loaded, transformers_loaded = proc.stdout.split()
+    assert torch_loaded == "False" and transformers_loaded == "False"
+    assert float(seconds) < 0.5, seconds  # the package import and the parse, in-process
+    assert "expected a positive integer, got 'x'" in proc.stderr
+    assert wall < 10  # the whole interpreter start, on a slow CI machine

@@ -1,0 +1,238 @@
+"""Every trn2 decision, resolved for device "neuron" on this CPU (nothing computes there).
+
+Where a check needs Trainium itself, the smoke ladder's rung that covers it is named in
+the module it concerns (qwen3_trn_helpers/smoke.py).
+"""
+
+import dataclasses
+import math
+import os
+import types
+
+import pytest
+
+from qwen3_trn_helpers.errors import ConfigError
+from qwen3_trn_helpers.lessons.reproduce import reproduction_specs
+from qwen3_trn_helpers.lessons.scaling import (
+    trn2_launch_command,
+    trn2_plan,
+    trn2_torchrun_command,
+)
+from qwen3_trn_helpers.model.moe_blockwise import kernel_rejects, select_backend
+from qwen3_trn_helpers.model.presets import PRESETS
+from qwen3_trn_helpers.model.shapes import QWEN3_4B_2507, QWEN3_30B_A3B
+from qwen3_trn_helpers.model.variants import VARIANTS
+from qwen3_trn_helpers.training.spec import RunSpec, plan_run
+from qwen3_trn_helpers.trn2 import Topology
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_reproduce_runs_differ_only_in_init_on_trn2(variant, tmp_path):
+    specs = reproduction_specs(RunSpec(variant=variant, out=str(tmp_path)), "neuron")
+    plans = {init: plan_run(s, device_type="neuron") for init, s in specs.items()}
+    rows = {init: p.summary() for init, p in plans.items()}
+    assert rows["pretrained"].pop("init") == "pretrained"
+    assert rows["random"].pop("init") == "random"
+    assert rows["pretrained"] == rows["random"]  # preset, layout, seq, AC, data, steps...
+    full = PRESETS[VARIANTS[variant].trn2_preset]
+    assert rows["random"]["preset"] == full.name and rows["random"]["ranks"] == 64
+    assert rows["random"]["seq len"] == 4096
+    assert rows["random"]["corpus"] == "c4"  # what AWS's runs trained on, not docstrings
+
+
+def test_reproduce_on_cpu_stays_small_and_offline(tmp_path):
+    specs = reproduction_specs(RunSpec(out=str(tmp_path)), "cpu")
+    plan = plan_run(specs["random"], device_type="cpu")
+    assert (plan.preset.name, plan.world_size, plan.corpus) == ("tiny", 1, "embedded")
+
+
+def test_4b_layout_on_64_ranks():
+    plan = trn2_plan("native")
+    assert (plan.tp, plan.fsdp, plan.world_size) == (4, 16, 64)
+    assert plan.activation_checkpoint == "selective" and plan.attention == "causal"
+    moe = trn2_plan("nki_moe")
+    assert (moe.tp, moe.fsdp, moe.moe_block_size, moe.activation_checkpoint) == (1, 64, 256, "full")
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_one_rank_runs_on_trn2_use_a_preset_that_fits_one_core(variant):
+    """What notebooks train in-process (and through one-rank launches) on trn2."""
+    plan = plan_run(RunSpec(variant=variant, steps=1), device_type="neuron")
+    assert plan.world_size == 1 and not plan.preset.full_size
+    memory = plan.memory()
+    assert memory.fits and memory.total_gib < 2, memory.row()
+    two = plan_run(RunSpec(variant=variant, nproc=2, out="runs/x"), device_type="neuron")
+    assert not two.preset.full_size  # notebook 04's 2-rank run: still the small preset
+    assert two.memory().fits
+
+
+def test_full_size_preset_on_one_core_is_refused_with_the_fix():
+    with pytest.raises(ConfigError, match=r"needs about 7\d\.\d GiB per NeuronCore.*--nproc 64"):
+        plan_run(RunSpec(preset="4b"), device_type="neuron")
+
+
+def test_memory_estimate_terms():
+    plan = trn2_plan("native")
+    m = plan.memory()
+    n = QWEN3_4B_2507.parameter_count()
+    assert m.params_gib * 1024**3 == pytest.approx(4 * n / 64)
+    assert m.optimizer_gib == pytest.approx(2 * m.params_gib)
+    assert m.fsdp_buffers_gib > 0.5  # the 4B's tied embedding gathered (V x d / TP x 8 B)
+    assert m.scores_gib == 0  # causal SDPA on Neuron: the fused kernel, no scores kept
+    assert m.fits and m.total_gib < m.hbm_gib == 24
+    # a document mask sends Neuron's attention down the generic path: L x L per head
+    doc = dataclasses.replace(plan, attention="document").memory()
+    per_layer = 32 / 4 * 4096 * 4096 * 2 / 1024**3  # heads / TP x S x S x bf16
+    assert doc.scores_gib == pytest.approx(per_layer * 36 / 2)  # selective AC keeps half
+    moe = trn2_plan("nki_moe").memory()
+    one_layer_experts = 128 * 3 * 2048 * 768 * 2 / 1024**3  # bf16, kernel layout
+    assert moe.kernel_copies_gib == pytest.approx(2 * one_layer_experts)
+    assert moe.fits
+    no_ac = dataclasses.replace(trn2_plan("nki_moe").preset, activation_checkpoint="none")
+    assert not dataclasses.replace(trn2_plan("nki_moe"), preset=no_ac).memory().fits
+
+
+def test_parameter_counts_match_the_published_models():
+    assert QWEN3_4B_2507.parameter_count() == 4_022_468_096
+    assert QWEN3_30B_A3B.parameter_count() == 30_532_122_624
+    for variant in VARIANTS.values():  # and the models torchtitan / transformers build
+        for name in (variant.small_preset,):
+            shape = PRESETS[name].shape
+            assert variant.parameter_count(shape) == shape.parameter_count()
+
+
+def test_peak_flops_follow_the_logical_core():
+    assert Topology(lnc=2).peak_tflops_per_core == 158 and Topology(lnc=2).logical_cores == 64
+    assert Topology(lnc=1).peak_tflops_per_core == 79 and Topology(lnc=1).logical_cores == 128
+    assert Topology(lnc=1).hbm_gib_per_core == 12
+
+
+def test_neuron_memory_stats_are_read_nested():
+    from qwen3_trn_helpers.training.metrics import neuron_memory_peaks
+
+    recorded = {  # the structure torch-neuronx's memory_stats() returns
+        "allocated_bytes": {"current": 3 << 30, "peak": 5 << 30, "allocated": 9, "freed": 4},
+        "reserved_bytes": {"current": 0, "peak": 0, "allocated": 0, "freed": 0},
+        "active_bytes": {"current": 3 << 30, "peak": 5 << 30, "allocated": 9, "freed": 4},
+        "num_alloc_retries": 0,
+        "num_ooms": 0,
+        "num_tensor_frees": 12,
+        "allocation_requests": 40,
+    }
+    assert neuron_memory_peaks(recorded) == (5 << 30, 5 << 30)
+    assert recorded.get("active_bytes.all.peak", -1) == -1  # what torchtitan would read
+
+
+def test_kernel_selector():
+    assert kernel_rejects(2048, 768, 256, lnc=2) is None  # Qwen3-30B-A3B
+    assert "block size 64" in kernel_rejects(2048, 768, 64, lnc=2)
+    assert "H=128 is not a multiple of 512" in kernel_rejects(128, 64, 256, lnc=2)
+    assert "I/2" in kernel_rejects(2048, 48, 256, lnc=2)  # 24 is not a multiple of 32
+    assert kernel_rejects(2048, 48, 256, lnc=1) is not None
+    assert select_backend("auto", "cpu", 2048, 768, 256) == ("reference", None)
+    backend, notice = select_backend("auto", "neuron", 128, 64, 64)  # tiny_moe on trn2
+    assert backend == "reference" and "PyTorch reference" in notice
+    assert select_backend("auto", "neuron", 2048, 768, 256) == ("nki", None)
+    assert select_backend("nki", "cpu", 128, 64, 64) == ("nki", None)  # asked for explicitly
+
+
+def test_launch_commands_for_trn2():
+    cmd = trn2_launch_command("nki_moe")
+    assert cmd.startswith("NEURON_LOGICAL_NC_CONFIG=2 qwen3-trn train --variant nki_moe")
+    assert "--preset 30b-a3b" in cmd and "--nproc 64" in cmd and "--init pretrained" in cmd
+    torchrun = trn2_torchrun_command("nki_moe")
+    assert "python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=64" in torchrun
+    assert "--nproc " not in torchrun  # torchrun would take it for its --nproc-per-node
+    from qwen3_trn_helpers.training.launch import rank_environment
+
+    env = rank_environment(RunSpec(nproc=64, out="x"), "neuron")
+    assert env["NEURON_LOGICAL_NC_CONFIG"] in ("1", "2")
+    # torch-neuronx gives each rank its core (NEURON_RT_VISIBLE_CORES = LOCAL_RANK) when
+    # it builds the process group; setting it here would break torchtitan's device index
+    added = set(env) - set(os.environ)
+    assert added <= {"NEURON_LOGICAL_NC_CONFIG"}
+
+
+class _RuntimeStarted(AssertionError):
+    pass
+
+
+def test_device_report_does_not_start_the_neuron_runtime(monkeypatch, tmp_path):
+    """A stand-in torch.neuron whose runtime-starting calls fail: the report must not
+    make them (torch-neuronx refuses init_process_group once the runtime is up)."""
+    import torch
+
+    from qwen3_trn_helpers import device
+
+    def started(*args, **kwargs):
+        raise _RuntimeStarted("the notebook process started the Neuron runtime")
+
+    module = types.SimpleNamespace(
+        is_available=lambda: True,
+        device_count=lambda: 64,
+        get_device_properties=started,
+        init=started,
+        memory_stats=started,
+    )
+    monkeypatch.setattr(torch, "neuron", module, raising=False)
+    monkeypatch.setattr(device, "privateuse1_backend_name", lambda: "neuron")
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+    tool = tmp_path / "neuron-ls"
+    tool.write_text(
+        "#!/bin/sh\necho '["
+        + ",".join(
+            f'{{"neuron_device": {i}, "nc_count": 4, "logical_neuroncore_config": 2}}'
+            for i in range(16)
+        )
+        + "]'\n"
+    )
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.delenv("NEURON_LOGICAL_NC_CONFIG", raising=False)
+    report = device.device_report()
+    assert report.device_type == "neuron" and report.device_count == 64
+    assert report.neuron_chips == 16 and report.logical_nc_config.startswith("2")
+
+
+def test_mps_laptop_trains_on_the_cpu(monkeypatch):
+    import torch
+
+    from qwen3_trn_helpers import device
+
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("mps"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert device.resolve_device("auto") == "cpu"
+    assert "'mps'" in device.device_note() and "CPU" in device.device_note()
+
+
+def test_mps_choice_of_torchtitan_is_pointed_at_the_cpu(monkeypatch):
+    """torchtitan picks "mps" on a Mac at import; a CPU run points every copy at the CPU."""
+    from torchtitan.tools import utils
+
+    from qwen3_trn_helpers.training import patches
+
+    fake_mps = types.SimpleNamespace(set_device=lambda *a: None)
+    monkeypatch.setattr(utils, "device_type", "mps")
+    monkeypatch.setattr(utils, "device_module", fake_mps)
+    with patches.torchtitan_on_cpu() as changed:
+        assert "torchtitan.tools.utils" in changed
+        assert utils.device_type == "cpu" and utils.device_module is patches.CPU_DEVICE_MODULE
+    assert utils.device_type == "mps" and utils.device_module is fake_mps
+
+
+def test_c4_on_trn2_is_a_hub_dataset_and_turns_offline_mode_off():
+    spec = RunSpec(nproc=64, out="x")
+    assert spec.needs_hub("neuron") and not spec.needs_hub("cpu")
+    assert RunSpec(init="pretrained").needs_hub("cpu") is False  # the local checkpoint
+
+
+def test_lnc_from_env(monkeypatch):
+    from qwen3_trn_helpers.model.moe_blockwise import logical_core_size
+    from qwen3_trn_helpers.trn2 import lnc_from_env
+
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "1")
+    assert lnc_from_env() == 1 and logical_core_size() == 1
+    monkeypatch.delenv("NEURON_LOGICAL_NC_CONFIG")
+    assert lnc_from_env() == 2 and logical_core_size() == 2
+    assert math.isclose(trn2_plan("native").memory(lnc=1).hbm_gib, 12)
