@@ -134,7 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     smoke.add_argument("--json", action="store_true", help="print the rungs as JSON")
     smoke.add_argument("--out", default="smoke", help="folder for smoke.json and run logs")
-    smoke.add_argument("--full", action="store_true", help="also the 64-rank 4b rung")
+    smoke.add_argument(
+        "--no-full-size", action="store_true", help="skip the 64-rank Qwen3-4B rung (minutes)"
+    )
+    smoke.add_argument("--rung", action="append", help="climb only this rung (repeatable)")
 
     sub.add_parser("doctor", parents=[debug], help="what this machine offers for training")
     sub.add_parser("assets", parents=[debug], help="build and verify the offline tokenizer/corpus")
@@ -233,7 +236,7 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
 
     from .smoke import run_ladder
 
-    ladder = run_ladder(args.out, full=args.full, echo=not args.json)
+    ladder = run_ladder(args.out, full=not args.no_full_size, only=args.rung, echo=not args.json)
     if args.json:
         print(json.dumps(ladder.to_json(), indent=2))
     return 0 if ladder.passed else EXIT_FAILED

@@ -39,6 +39,7 @@ class Rung:
     what: str
     timeout_s: float
     fix: str
+    train: tuple[str, ...] = ()  # a training rung: its `qwen3-trn train` flags
     status: str = "not run"
     seconds: float = 0.0
     reason: str = ""
@@ -58,9 +59,12 @@ def _rungs(full_size: bool) -> list[Rung]:
              "check the nki-library version (moe_cte / blockwise_mm_bwd signatures drift); "
              "--moe-impl grouped_mm avoids the kernels"),
         Rung("tiny_native_2ranks", "tiny native Qwen3, 3 steps on 2 ranks", 1800,
-             "read the rung's log; rerun with `qwen3-trn train --debug --verbose`"),
+             "read the rung's log; rerun with `qwen3-trn train --debug --verbose`",
+             train=("--variant", "native", "--preset", "tiny", "--nproc", "2", "--steps", "3")),
         Rung("tiny_transformers_v5_2ranks", "tiny HF Qwen3 in torchtitan, 3 steps, 2 ranks",
-             1800, "read the rung's log; rerun with `qwen3-trn train --debug --verbose`"),
+             1800, "read the rung's log; rerun with `qwen3-trn train --debug --verbose`",
+             train=("--variant", "transformers_v5", "--preset", "tiny", "--nproc", "2",
+                    "--steps", "3")),
     ]  # fmt: skip
     if full_size:
         rungs.append(
@@ -68,7 +72,19 @@ def _rungs(full_size: bool) -> list[Rung]:
                 "4b_native_64ranks",
                 "Qwen3-4B layout, 2 steps on 64 ranks",
                 3600,
-                "the first step compiles for minutes; check memory with neuron-top",
+                "the first step compiles for minutes; watch memory with neuron-top",
+                train=(
+                    "--variant",
+                    "native",
+                    "--preset",
+                    "4b",
+                    "--nproc",
+                    "64",
+                    "--steps",
+                    "2",
+                    "--corpus",
+                    "embedded",
+                ),
             )  # fmt: skip
         )
     return rungs
@@ -101,27 +117,33 @@ def _python() -> list[str]:
     return [sys.executable, "-m", "qwen3_trn_helpers.smoke"]
 
 
-def _command(rung: str, out: Path) -> list[str]:
-    """The child process of a rung: this module, or qwen3-trn train through torchrun."""
-    if rung in ("environment", "registration", "nki_moe_kernel"):
-        return [*_python(), rung]
-    if rung == "collectives":
+def _command(rung: Rung, out: Path) -> list[str]:
+    """The child process of a rung: this module, or qwen3-trn train (torchrun inside)."""
+    if rung.train:
+        return [sys.executable, "-m", "qwen3_trn_helpers", "train", *rung.train,
+                "--out", str(out / rung.name), "--overwrite", "--no-progress"]  # fmt: skip
+    if rung.name == "collectives":
         return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node=2", "-m", "qwen3_trn_helpers.smoke", rung]  # fmt: skip
-    variant = "transformers_v5" if "transformers_v5" in rung else "native"
-    if rung == "4b_native_64ranks":
-        flags = ["--preset", "4b", "--nproc", "64", "--steps", "2", "--corpus", "embedded"]
-    else:
-        flags = ["--preset", "tiny", "--nproc", "2", "--steps", "3"]
-    return [sys.executable, "-m", "qwen3_trn_helpers", "train", "--variant", variant, *flags,
-            "--out", str(out / rung), "--overwrite", "--no-progress"]  # fmt: skip
+                "--nproc-per-node=2", "-m", "qwen3_trn_helpers.smoke", rung.name]  # fmt: skip
+    return [*_python(), rung.name]
 
 
-def run_ladder(out: str | Path = "smoke", *, full=True, echo=True) -> Ladder:
-    """Climb every rung; write ``out/smoke.json``; return the ladder."""
+def run_ladder(
+    out: str | Path = "smoke", *, full: bool = True, only: list[str] | None = None, echo=True
+) -> Ladder:
+    """Climb every rung (or those named in ``only``); write ``out/smoke.json``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    ladder = Ladder(_rungs(full_size=full))
+    rungs = _rungs(full_size=full)
+    if only:
+        unknown = sorted(set(only) - {r.name for r in rungs})
+        if unknown:
+            from .errors import ConfigError
+
+            names = ", ".join(r.name for r in rungs)
+            raise ConfigError(f"unknown rung {unknown[0]!r}; the rungs are: {names}")
+        rungs = [r for r in rungs if r.name in only]
+    ladder = Ladder(rungs)
     on_neuron = _device_type() == "neuron"
     for rung in ladder.rungs:
         if rung.name == "4b_native_64ranks" and not on_neuron:
@@ -142,7 +164,7 @@ def _climb(rung: Rung, out: Path) -> None:
     started = time.monotonic()
     try:
         proc = subprocess.run(
-            _command(rung.name, out),
+            _command(rung, out),
             capture_output=True,
             text=True,
             timeout=rung.timeout_s,
@@ -159,8 +181,8 @@ def _climb(rung: Rung, out: Path) -> None:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if proc.returncode == 0:
         rung.status = "pass"
-        said = [ln for ln in lines if ln.startswith("ok:")]
-        rung.reason = said[-1][3:].strip() if said else ""
+        said = [ln.removeprefix("ok:").strip() for ln in lines if ln.startswith(("ok:", "steps:"))]
+        rung.reason = said[-1] if said else ""
     elif proc.returncode == SKIP or any(ln.startswith("skip:") for ln in lines):
         rung.status = "skip"
         said = [ln for ln in lines if ln.startswith("skip:")]

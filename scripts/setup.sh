@@ -4,9 +4,14 @@
 #   scripts/setup.sh                 # everything (CPU: tiny Qwen3; trn2: see README)
 #   scripts/setup.sh --install-only  # just the environment (what scripts/test.sh uses)
 #
-# On trn2, run it from the activated Neuron venv: the new venv then sees that venv's
-# torch and torch-neuronx (--system-site-packages) and pip is pinned to them, so they are
-# never reinstalled.
+# On trn2, run it from the activated Neuron venv (the DLAMI's
+# /opt/aws_neuronx_venv_torch_neuronx_2_14_*). The new .venv then reads that venv's
+# packages through a .pth file, so it uses the Neuron build of torch and torch-neuronx,
+# and pip is constrained to exactly those versions: it never installs a torch of its
+# own. (`python -m venv --system-site-packages` would expose the *base* interpreter's
+# site-packages, not the activated venv's, and pip would then bring a CUDA torch.)
+# triton comes with the Neuron extra: torchtitan 0.3.0 imports it unconditionally and
+# the Neuron torch build does not ship it (AWS's recipe installs it too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,33 +20,47 @@ PYTHON=${PYTHON:-python3}
 install_only=0
 [ "${1:-}" = "--install-only" ] && install_only=1
 
-neuron_torch=""
+neuron_site=""
 if "$PYTHON" -c "import torch_neuronx" >/dev/null 2>&1; then
-  neuron_torch=$("$PYTHON" -c "import torch; print(torch.__version__)")
+  # every package folder the Neuron interpreter sees (its site-packages, and whatever
+  # its own .pth files or --system-site-packages add), in its order
+  neuron_site=$("$PYTHON" -c "
+import sys
+seen = []
+for p in sys.path:
+    if ('site-packages' in p or 'dist-packages' in p) and p not in seen:
+        seen.append(p)
+print('\n'.join(seen))")
+  neuron_pins=$("$PYTHON" -c "
+from importlib import metadata
+for name in ('torch', 'torch-neuronx'):
+    print(f'{name}=={metadata.version(name)}')")
+  echo "Neuron venv detected ($(echo $neuron_pins)): reusing its torch and torch-neuronx"
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then
-  if [ -n "$neuron_torch" ]; then
-    echo "Neuron venv detected (torch $neuron_torch): reusing its torch and torch-neuronx"
-    "$PYTHON" -m venv --system-site-packages "$VENV"
-  else
-    "$PYTHON" -m venv "$VENV"
-  fi
+  "$PYTHON" -m venv "$VENV"
 fi
 py="$VENV/bin/python"
 
-# Reinstall only when pyproject.toml changed since the last install into this venv.
+extras="notebooks,test"
+constraints=""
+if [ -n "$neuron_site" ]; then
+  own_site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  printf '%s\n' $neuron_site > "$own_site/qwen3_trn_neuron_venv.pth"
+  constraints="$VENV/neuron-constraints.txt"
+  printf '%s\n' $neuron_pins > "$constraints"
+  extras="$extras,neuron"
+else
+  extras="cpu,$extras"
+fi
+
+# Reinstall only when pyproject.toml (or the Neuron pins) changed since the last install.
 stamp="$VENV/.qwen3-trn-installed"
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$(cat pyproject.toml ${constraints:+"$constraints"} | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  if [ -n "$neuron_torch" ]; then
-    constraints=$(mktemp)
-    echo "torch==$neuron_torch" > "$constraints"
-    "$py" -m pip install --quiet -c "$constraints" -e ".[notebooks,test]"
-    rm -f "$constraints"
-  else
-    "$py" -m pip install --quiet -e ".[cpu,notebooks,test]"
-  fi
+  echo "installing: pip install ${constraints:+-c $constraints }-e .[$extras]"
+  "$py" -m pip install --quiet ${constraints:+-c "$constraints"} -e ".[$extras]"
   echo "$want" > "$stamp"
 fi
 

@@ -228,11 +228,12 @@ def test_c4_on_trn2_is_a_hub_dataset_and_turns_offline_mode_off():
 
 
 def test_lnc_from_env(monkeypatch):
-    from qwen3_trn_helpers.model.moe_blockwise import logical_core_size
     from qwen3_trn_helpers.trn2 import lnc_from_env
 
     monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "1")
-    assert lnc_from_env() == 1 and logical_core_size() == 1
+    assert lnc_from_env() == 1
+    assert select_backend("auto", "neuron", 2048, 96, 256)[0] == "nki"  # I/1 = 96: fine
     monkeypatch.delenv("NEURON_LOGICAL_NC_CONFIG")
-    assert lnc_from_env() == 2 and logical_core_size() == 2
+    assert lnc_from_env() == 2
+    assert select_backend("auto", "neuron", 2048, 96, 256)[0] == "reference"  # I/2 = 48
     assert math.isclose(trn2_plan("native").memory(lnc=1).hbm_gib, 12)

@@ -24,7 +24,6 @@ their names, so torchtitan's init, checkpoints and HF state-dict adapter are unc
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from dataclasses import dataclass
 
@@ -33,6 +32,8 @@ import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 from torchtitan.config.override import derive, override
 from torchtitan.models.common.moe import RoutedExperts
+
+from ..trn2 import lnc_from_env
 
 BACKENDS = ("auto", "reference", "nki")
 
@@ -59,11 +60,6 @@ def kernel_rejects(hidden: int, intermediate: int, block_size: int, lnc: int) ->
     return None
 
 
-def logical_core_size() -> int:
-    """Physical NeuronCores per logical core: NEURON_LOGICAL_NC_CONFIG (trn2 default 2)."""
-    return int(os.environ.get("NEURON_LOGICAL_NC_CONFIG", "2"))
-
-
 def select_backend(
     requested: str, device_type: str, hidden: int, intermediate: int, block_size: int
 ) -> tuple[str, str | None]:
@@ -74,7 +70,7 @@ def select_backend(
         return requested, None
     if device_type != "neuron":
         return "reference", None
-    reason = kernel_rejects(hidden, intermediate, block_size, logical_core_size())
+    reason = kernel_rejects(hidden, intermediate, block_size, lnc_from_env())
     if reason is None:
         return "nki", None
     return "reference", (

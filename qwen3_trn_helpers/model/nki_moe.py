@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import torch
 
-from .moe_blockwise import logical_core_size
+from ..trn2 import lnc_from_env
 
 _OP = None
 
@@ -97,7 +97,7 @@ def _register():
         block_to_expert: torch.Tensor,
         block_size: int,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        grid = logical_core_size()
+        grid = lnc_from_env()
         return moe_cte_for_training[grid](
             hidden_states, affinities_flat, gate_up, down, position_to_id, block_to_expert,
             block_size,
@@ -111,7 +111,7 @@ def _register():
 
     def backward(ctx, d_out, _d_gate_up_act, _d_down_act):
         hidden, aff, gate_up, down, pos, b2e, gate_up_act_T, down_act = ctx.saved_tensors
-        grid = logical_core_size()
+        grid = lnc_from_env()
         d_hidden, d_aff, d_gate_up, d_down = blockwise_mm_bwd[grid](
             hidden, aff, gate_up, down, gate_up_act_T, down_act, pos, b2e,
             d_out.contiguous(), ctx.block_size,

@@ -1,0 +1,91 @@
+"""scripts/setup.sh from an activated Neuron venv: its torch is used, none is installed.
+
+A stand-in Neuron venv (no Trainium needed): a venv that sees a torch (this test venv's,
+through a .pth file) and holds a dummy ``torch_neuronx`` package with a version.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def _site(python: Path) -> Path:
+    out = subprocess.check_output(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        text=True,
+    )
+    return Path(out.strip())
+
+
+@pytest.fixture(scope="module")
+def neuron_venv(tmp_path_factory):
+    root = tmp_path_factory.mktemp("neuron")
+    venv = root / "aws_neuronx_venv_torch_neuronx_2_14"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = _site(venv / "bin" / "python")
+    (site / "test_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    package = site / "torch_neuronx"
+    package.mkdir()
+    (package / "__init__.py").write_text('"""stand-in: no Neuron code."""\n')
+    dist = site / "torch_neuronx-2.14.3.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torch-neuronx\nVersion: 2.14.3.0\n"
+    )
+    return venv
+
+
+def test_setup_reuses_the_neuron_venvs_torch(neuron_venv, tmp_path):
+    import torch
+
+    target = tmp_path / "project-venv"
+    env = {
+        **os.environ,
+        "PYTHON": str(neuron_venv / "bin" / "python"),
+        "VIRTUAL_ENV": str(neuron_venv),
+        "QWEN3_TRN_VENV": str(target),
+        "PIP_DRY_RUN_REPORT": str(tmp_path / "report.json"),
+    }
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "setup.sh"), "--install-only"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "Neuron venv detected" in proc.stdout
+    python = target / "bin" / "python"
+    seen = subprocess.check_output(
+        [
+            str(python),
+            "-c",
+            "import torch, torch_neuronx; print(torch.__version__, torch.__file__)",
+        ],
+        text=True,
+    ).split()
+    assert seen[0] == torch.__version__  # the Neuron venv's torch, not a new one
+    assert not Path(seen[1]).is_relative_to(target)  # nothing installed into .venv
+    from importlib import metadata
+
+    pins = (target / "neuron-constraints.txt").read_text().splitlines()
+    assert pins == [f"torch=={metadata.version('torch')}", "torch-neuronx==2.14.3.0"]
+    # what pip would install for the package now: never a torch
+    report = tmp_path / "dry.json"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report),
+         "-c", str(target / "neuron-constraints.txt"), "-e", f"{ROOT}[notebooks,test,neuron]"],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    names = {item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]}
+    assert "torch" not in names and "torch-neuronx" not in names
+    # triton: torchtitan 0.3.0 imports it, the Neuron torch build lacks it
+    assert "-e .[notebooks,test,neuron]" in proc.stdout
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert any(r.startswith("triton") for r in extras["optional-dependencies"]["neuron"])

@@ -1,0 +1,44 @@
+"""The smoke ladder on a CPU: what applies runs, the Neuron rungs skip with their reason."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_ladder_on_a_cpu(tmp_path):
+    rungs = ["environment", "registration", "collectives", "nki_moe_kernel",
+             "tiny_native_2ranks", "4b_native_64ranks"]  # fmt: skip
+    cmd = [sys.executable, "-m", "qwen3_trn_helpers", "smoke", "--json", "--out", str(tmp_path)]
+    for rung in rungs:
+        cmd += ["--rung", rung]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    ladder = json.loads(proc.stdout)
+    assert ladder == json.loads((tmp_path / "smoke.json").read_text())
+    status = {r["name"]: r["status"] for r in ladder["rungs"]}
+    assert list(status) == rungs
+    assert status == {
+        "environment": "skip",  # no neuron-ls here
+        "registration": "skip",  # PrivateUse1 is not "neuron" here
+        "collectives": "pass",  # 2 gloo ranks
+        "nki_moe_kernel": "skip",
+        "tiny_native_2ranks": "pass",
+        "4b_native_64ranks": "skip",
+    }
+    reasons = {r["name"]: r["reason"] for r in ladder["rungs"]}
+    assert "not a Neuron machine" in reasons["environment"]
+    assert "torch-neuronx is not loaded" in reasons["registration"]
+    assert reasons["tiny_native_2ranks"].startswith("steps: 3")
+    assert all(r["seconds"] >= 0 for r in ladder["rungs"])
+
+
+def test_unknown_rung_is_one_error_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "qwen3_trn_helpers", "smoke", "--rung", "warp", "--out",
+         str(tmp_path)], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1 and proc.stderr.startswith("error: unknown rung 'warp'")
