@@ -126,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_spec_arguments(dry, ("variant", "preset", "seq_len", "nproc", "moe_impl"))
     dry.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    dry.add_argument(
+        "--layers",
+        type=lambda t: _number(int, 1, t),
+        default=None,
+        help="build only this many layers (same layout; a quick check of a big preset)",
+    )
 
     smoke = sub.add_parser(
         "smoke",
@@ -140,7 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("--rung", action="append", help="climb only this rung (repeatable)")
 
     sub.add_parser("doctor", parents=[debug], help="what this machine offers for training")
-    sub.add_parser("assets", parents=[debug], help="build and verify the offline tokenizer/corpus")
+    assets = sub.add_parser(
+        "assets", parents=[debug], help="build and verify the offline tokenizer and corpus"
+    )
+    assets.add_argument(
+        "--published",
+        action="store_true",
+        help="also pretrain the local 'published' tiny checkpoints (instructors: before class)",
+    )
     return parser
 
 
@@ -223,7 +236,7 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
     from .training.dryrun import dry_run
 
     spec = spec_from_args(args)
-    report = dry_run(spec)
+    report = dry_run(spec, layers=args.layers)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
@@ -266,6 +279,13 @@ def _cmd_assets(args: argparse.Namespace) -> int:
     corpus = embedded_corpus_path()
     print(f"tokenizer: {tok}")
     print(f"corpus:    {corpus} ({len(read_documents(corpus))} documents)")
+    if args.published:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from .model.presets import PRESETS
+        from .training.published import ensure_local_published
+
+        for name in ("tiny", "tiny_moe"):
+            print(f"published: {ensure_local_published(PRESETS[name])}")
     return 0
 
 

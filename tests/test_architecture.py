@@ -97,6 +97,7 @@ def test_one_place_builds_a_trainer():
         "qwen3_trn_helpers.training.train",  # run(), the CLI, every launched rank
         "qwen3_trn_helpers.training.dryrun",
         "qwen3_trn_helpers.lessons.parity",
+        "qwen3_trn_helpers.lessons.init_loss",
         "qwen3_trn_helpers.config_registry",  # returns the config; torchtitan builds it
     }
 

@@ -1,9 +1,10 @@
-"""Every notebook, run in JupyterLab in a real browser (Debian's Chromium via Playwright).
+"""The training panel, used in JupyterLab in a real browser (Debian's Chromium, Playwright).
 
-The one place widgets are checked as a user sees them. Starts JupyterLab on loopback,
-opens each notebook, runs all cells through JupyterLab's own "Run All" command, and
-checks that no cell shows an error, that the loss plots render, and that the training
-panel's widgets render. Screenshots go to artifacts/browser/.
+The one place widgets are checked as a user sees them. nbval already executes every
+notebook (so nothing is executed twice): here JupyterLab opens notebook 03, runs only the
+cells tagged ``setup`` and ``panel``, presses the panel's **Run** button, and checks that
+the progress bar and the loss plot update as steps complete and that no cell shows an
+error. Screenshots go to artifacts/browser/.
 
 Skipped when Chromium or Playwright is missing, unless QWEN3_TRN_REQUIRE_BROWSER=1 (CI
 sets it, so a missing browser fails there instead of silently skipping).
@@ -14,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from qwen3_trn_helpers.training.rendezvous import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("QWEN3_TRN_CHROMIUM", "/usr/bin/chromium")
-NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 ARTIFACTS = Path(os.environ.get("QWEN3_TRN_ARTIFACTS", ROOT / "artifacts")) / "browser"
 CHROMIUM_FLAGS = [  # this machine's closed network: no background connections
     "--no-sandbox",
@@ -54,12 +55,6 @@ if _missing():
     pytest.skip(_missing(), allow_module_level=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def jupyterlab(tmp_path_factory):
     """JupyterLab on 127.0.0.1 serving a copy of the notebooks (runs land in the copy)."""
@@ -76,7 +71,7 @@ def jupyterlab(tmp_path_factory):
     (notebook_settings / "tracker.jupyterlab-settings").write_text(
         json.dumps({"windowingMode": "none"})
     )
-    port, token = _free_port(), "qwen3-trn-browser-test"
+    port, token = free_port(), "qwen3-trn-browser-test"
     env = {
         **os.environ,
         "JUPYTERLAB_SETTINGS_DIR": str(work / "settings"),
@@ -163,55 +158,81 @@ NOTEBOOK_STATE = (
 }"""
 )
 
-RUN_ALL = (
-    """(path) => {
+RUN_TAGGED = (
+    """([path, tag]) => {
   const nb = ("""
     + FIND_NOTEBOOK
     + """)(path);
   window.jupyterapp.shell.activateById(nb.id);
-  return window.jupyterapp.commands.execute('notebook:run-all-cells');
+  const cells = nb.content.widgets;
+  const index = cells.findIndex(c => (c.model.getMetadata('tags') || []).includes(tag));
+  nb.content.activeCellIndex = index;
+  return window.jupyterapp.commands.execute('notebook:run-cell').then(() => index);
 }"""
 )
 
+PANEL_STATE = """() => {
+  const bar = [...document.querySelectorAll('.jupyter-widgets .widget-inline-hbox')]
+    .map(b => b.querySelector('progress')).find(p => p);
+  const img = [...document.querySelectorAll('.jupyter-widgets img')].pop();
+  const html = [...document.querySelectorAll('.jupyter-widgets.widget-html')].map(h => h.innerText);
+  return {
+    progress: bar ? Number(bar.value) : null,
+    max: bar ? Number(bar.max) : null,
+    image: img ? img.src.length + ':' + img.src.slice(-64) : null,
+    imageLoaded: img ? img.naturalWidth > 0 : false,
+    status: html.join(' | '),
+  };
+}"""
 
-@pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_runs_in_jupyterlab(name, jupyterlab, browser):
+
+def test_training_panel_in_jupyterlab(jupyterlab, browser):
     base, token = jupyterlab
+    name = "03_ten_step_run.ipynb"
+    path = f"notebooks/{name}"
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     try:
-        path = f"notebooks/{name}"
-        # a workspace of its own, reset: no tabs restored from the other notebooks
-        url = f"{base}/lab/workspaces/{Path(name).stem}/tree/{path}?reset&token={token}"
+        url = f"{base}/lab/workspaces/panel/tree/{path}?reset&token={token}"
         page.goto(url, timeout=120_000)
         page.wait_for_function(
             "(p) => { const s = (" + NOTEBOOK_STATE + ")(p); return s && s.kernel === 'idle'; }",
             arg=path,
             timeout=120_000,
         )
-        page.evaluate(RUN_ALL, path)
-        page.wait_for_function(
-            "(p) => { const s = (" + NOTEBOOK_STATE + ")(p); return s && s.kernel === 'idle'"
-            " && (s.errors.length > 0 || s.executed === s.cells); }",
-            arg=path,
-            timeout=900_000,
-            polling=1000,
-        )
-        state = page.evaluate(NOTEBOOK_STATE, path)
-        page.screenshot(path=str(ARTIFACTS / f"{Path(name).stem}.png"), full_page=True)
-        assert state["errors"] == [], state["errors"]
-        assert state["executed"] == state["cells"]
-        if name.startswith("03_"):
-            images = page.locator(".jp-RenderedImage img")
-            assert images.count() >= 1  # the loss figure
-            assert page.evaluate(
-                "() => [...document.querySelectorAll('.jp-RenderedImage img')]"
-                ".every(i => i.naturalWidth > 0)"
+        for tag in ("setup", "panel"):
+            assert page.evaluate(RUN_TAGGED, [path, tag]) >= 0, f"no cell tagged {tag!r}"
+            page.wait_for_function(
+                "(p) => { const s = (" + NOTEBOOK_STATE + ")(p); return s.kernel === 'idle'; }",
+                arg=path,
+                timeout=300_000,
             )
-            run_button = page.locator(".jupyter-widgets button", has_text="Run")
-            run_button.first.scroll_into_view_if_needed()
-            assert run_button.first.is_visible()  # the training panel rendered
-            assert page.locator(".jupyter-widgets .widget-dropdown select").count() >= 1
-            page.screenshot(path=str(ARTIFACTS / f"{Path(name).stem}-panel.png"))
+        run_button = page.locator(".jupyter-widgets button", has_text="Run").first
+        run_button.scroll_into_view_if_needed()
+        page.wait_for_function("() => (" + PANEL_STATE + ")().imageLoaded", timeout=60_000)
+        before = page.evaluate(PANEL_STATE)
+        assert before["progress"] == 0 and "Press Run" in before["status"]
+        page.screenshot(path=str(ARTIFACTS / "panel-before.png"))
+        run_button.click()
+        # the plot and the progress bar update while steps complete, not only at the end
+        page.wait_for_function(
+            "() => { const s = (" + PANEL_STATE + ")();"
+            " return s.progress > 0 && s.progress < s.max; }",
+            timeout=300_000,
+            polling=100,
+        )
+        during = page.evaluate(PANEL_STATE)
+        page.wait_for_function(
+            "() => (" + PANEL_STATE + ")().status.includes('done:')",
+            timeout=600_000,
+            polling=500,
+        )
+        after = page.evaluate(PANEL_STATE)
+        page.screenshot(path=str(ARTIFACTS / "panel-after.png"))
+        state = page.evaluate(NOTEBOOK_STATE, path)
+        assert state["errors"] == [], state["errors"]
+        assert after["progress"] == after["max"] == 10
+        assert before["image"] != during["image"] != after["image"]  # re-rendered per step
+        assert after["imageLoaded"] and "loss" in after["status"]
     finally:
         page.close()

@@ -10,8 +10,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_ladder_on_a_cpu(tmp_path):
+    # (the 2-rank training rungs run `qwen3-trn train --nproc 2`, which notebook 04 runs)
     rungs = ["environment", "registration", "collectives", "nki_moe_kernel",
-             "tiny_native_2ranks", "4b_native_64ranks"]  # fmt: skip
+             "4b_native_64ranks"]  # fmt: skip
     cmd = [sys.executable, "-m", "qwen3_trn_helpers", "smoke", "--json", "--out", str(tmp_path)]
     for rung in rungs:
         cmd += ["--rung", rung]
@@ -26,13 +27,12 @@ def test_ladder_on_a_cpu(tmp_path):
         "registration": "skip",  # PrivateUse1 is not "neuron" here
         "collectives": "pass",  # 2 gloo ranks
         "nki_moe_kernel": "skip",
-        "tiny_native_2ranks": "pass",
         "4b_native_64ranks": "skip",
     }
     reasons = {r["name"]: r["reason"] for r in ladder["rungs"]}
     assert "not a Neuron machine" in reasons["environment"]
     assert "torch-neuronx is not loaded" in reasons["registration"]
-    assert reasons["tiny_native_2ranks"].startswith("steps: 3")
+    assert "2 ranks on cpu (gloo)" in reasons["collectives"]
     assert all(r["seconds"] >= 0 for r in ladder["rungs"])
 
 

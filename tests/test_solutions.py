@@ -1,10 +1,13 @@
-"""The exercise solutions shipped with the notebooks run and give sensible answers."""
+"""The exercise solutions shipped with the notebooks run and give the answers they claim."""
 
 import importlib.util
 import math
 from pathlib import Path
 
+import pytest
+
 SOLUTIONS = Path(__file__).resolve().parents[1] / "notebooks" / "solutions"
+LN_VOCAB = math.log(151936)
 
 
 def load(name: str):
@@ -16,28 +19,55 @@ def load(name: str):
 
 def test_s00_preflight():
     s00 = load("s00_preflight")
-    count, special = s00.exercise_1()
-    assert count == 11 and special == ["<|im_start|>", "<|im_end|>"]
-    assert s00.exercise_2() == 151936 - 151669
+    count, special, with_number = s00.exercise_1()
+    assert count == 11 and special == ["<|im_start|>", "<|im_end|>"] and with_number == 21
+    shares = s00.exercise_2()
+    assert shares["tiny"] == pytest.approx(0.961, abs=1e-3)
+    assert shares["4b"] == pytest.approx(0.0967, abs=1e-4)
 
 
 def test_s01_device_registration():
     s01 = load("s01_device_registration")
-    assert s01.is_trainium_registered() is False or s01.is_trainium_registered() is True
-    err = s01.autocast_error()
-    assert 0 < err < 1  # bf16 keeps ~3 significant digits of values ~ +-20
+    last = s01.exercise_1()
+    assert last["_get_available_device_type()"] is None  # registered, not available
+    assert last["torchtitan would pick"] == "cuda" and last["tensor.is_toydev exists"]
+    err = s01.exercise_2()
+    assert 0.01 < err < 0.3  # bf16: 8 mantissa bits of entries ~8
 
 
-def test_s03_ten_step_run(ten_step_random):
-    s03 = load("s03_ten_step_run")
-    mean = s03.mean_step_time(ten_step_random.metrics_path)
-    assert 0 < mean < ten_step_random.metrics[0]["step_time_s"] * 5
-    drop = s03.drop_per_step(ten_step_random.losses)
-    assert math.isfinite(drop) and drop < 0
-
-
-def test_s02_three_variants(tmp_path):
+@pytest.mark.slow
+def test_s02_three_variants(tmp_path, tiny_hf_checkpoint):
     s02 = load("s02_three_variants")
-    blocks, padding = s02.exercise_1()
-    assert blocks == 255 and padding == 255 * 256 - 4096 * 8
-    assert s02.exercise_2(tmp_path).worst() <= 1e-4
+    report = s02.exercise_1(tiny_hf_checkpoint).max_abs_diff
+    assert report["native vs transformers"] <= 1e-4
+    # "not <=": uninitialised memory may even hold NaNs, which must count as a failure
+    assert not report["transformers_v5 vs transformers"] <= 1e-3
+    assert not report["native vs transformers_v5"] <= 1e-3
+    times = s02.exercise_2(tmp_path)
+    assert times["padding"] == pytest.approx(1 - 512 / 960)
+    assert times["blockwise"] > 0 and times["grouped_mm"] > 0
+    assert s02.exercise_3() == 5
+
+
+@pytest.mark.slow
+def test_s03_ten_step_run(tmp_path, ten_step_random, published_tiny):
+    s03 = load("s03_ten_step_run")
+    first, last = s03.exercise_1(ten_step_random.metrics_path)
+    assert first == pytest.approx(math.exp(ten_step_random.losses[0]))
+    assert last < first  # it did learn something in 10 steps
+    seen, unseen = s03.exercise_2(tmp_path)
+    assert seen < unseen  # memorised text scores better than held-out text
+    losses = s03.exercise_3(tmp_path)
+    assert len(losses) == 10 and all(math.isfinite(x) for x in losses)
+
+
+def test_s04_scaling_to_trn2():
+    s04 = load("s04_scaling_to_trn2")
+    rows = s04.exercise_1()
+    assert rows[2]["activations"] > rows[4]["activations"] > rows[8]["activations"]
+    assert rows[2]["params"] == rows[4]["params"] == rows[8]["params"]
+    layout, total, fits = s04.exercise_2()
+    assert layout == "TP 4 x FSDP 32" and fits and total < 12
+    command = s04.exercise_3()
+    assert "--nproc_per_node=64" in command and "qwen3_trn_30b_a3b_nki_moe" in command
+    assert command.endswith("--training.steps 20 --training.seq_len 2048")

@@ -47,10 +47,10 @@ def test_rope_patch_is_what_makes_transformers_v5_correct(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["transformers_v5", "nki_moe"])
-def test_ten_cpu_steps_from_random_init(variant, tmp_path):
-    result = run(variant, steps=10, out=str(tmp_path / variant), progress=False)
+def test_cpu_steps_from_random_init(variant, tmp_path):
+    result = run(variant, steps=6, out=str(tmp_path / variant), progress=False)
     losses = result.losses
-    assert len(losses) == 10 and all(math.isfinite(x) for x in losses)
+    assert len(losses) == 6 and all(math.isfinite(x) for x in losses)
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.05, losses
     # torchtitan's native init: output std 0.02 -> ~ln V. The HF backend initialises a
     # tied embedding with std dim^-0.5 (logit std ~1, and each input token's own logit
@@ -61,7 +61,7 @@ def test_ten_cpu_steps_from_random_init(variant, tmp_path):
 @pytest.mark.slow
 def test_dense_variants_train_alike_from_same_weights(tiny_hf_checkpoint, tmp_path):
     curves = {
-        v: run(v, steps=10, init=str(tiny_hf_checkpoint), out=str(tmp_path / v), progress=False)
+        v: run(v, steps=5, init=str(tiny_hf_checkpoint), out=str(tmp_path / v), progress=False)
         for v in ("native", "transformers_v5")
     }
     a, b = curves["native"].losses, curves["transformers_v5"].losses

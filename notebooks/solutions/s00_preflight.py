@@ -1,23 +1,36 @@
-"""Solutions to the exercises of 00_preflight (run by tests/test_solutions.py)."""
+"""Solutions to the exercises of 00_preflight (tested by tests/test_solutions.py)."""
 
 from tokenizers import Tokenizer
 
-from qwen3_trn_helpers.assets import QWEN3_MODEL_VOCAB, ensure_tokenizer
+from qwen3_trn_helpers.assets import ensure_tokenizer
+from qwen3_trn_helpers.model.presets import PRESETS
+
+CHAT = "<|im_start|>user\nHow fast is Trainium2?<|im_end|>"
 
 
-def exercise_1() -> tuple[int, list[str]]:
-    """Token count of a one-turn chat message, and which tokens are special."""
+def exercise_1() -> tuple[int, list[str], int]:
+    """Tokens of the chat line, its special tokens, and the count with a 6-digit number.
+
+    11 tokens, 2 of them special. Qwen splits digits one by one, and its pattern keeps a
+    space before a digit as a token of its own: "In 123456 steps," adds "In", the space,
+    six digits, " steps" and ",", and "How" becomes " how": 21 tokens.
+    """
     tok = Tokenizer.from_file(str(ensure_tokenizer() / "tokenizer.json"))
-    enc = tok.encode("<|im_start|>user\nHow fast is Trainium2?<|im_end|>")
-    special = [t for t, i in zip(enc.tokens, enc.ids, strict=True) if i >= 151643]
-    return len(enc.ids), special
+    ids = tok.encode(CHAT).ids
+    special = [tok.id_to_token(i) for i in ids if i >= 151643]
+    with_number = tok.encode(CHAT.replace("How fast", "In 123456 steps, how fast")).ids
+    return len(ids), special, len(with_number)
 
 
-def exercise_2() -> int:
-    """Embedding rows the tokenizer never produces (padding to a multiple of 128)."""
-    tok = Tokenizer.from_file(str(ensure_tokenizer() / "tokenizer.json"))
-    return QWEN3_MODEL_VOCAB - tok.get_vocab_size()
+def exercise_2() -> dict[str, float]:
+    """Share of the parameters in the (tied) embedding table, tiny preset and Qwen3-4B.
 
-
-if __name__ == "__main__":
-    print(exercise_1(), exercise_2())
+    96% of the tiny model is its vocabulary: on a CPU most of the time goes into the
+    151,936-way output layer and its softmax, not the 4 transformer layers. For the 4B
+    the table is under a tenth of the model.
+    """
+    shares = {}
+    for name in ("tiny", "4b"):
+        shape = PRESETS[name].shape
+        shares[name] = shape.vocab_size * shape.dim / shape.parameter_count()
+    return shares

@@ -1,24 +1,48 @@
-"""Solutions to the exercises of 02_three_variants."""
+"""Solutions to the exercises of 02_three_variants (tested by tests/test_solutions.py)."""
 
-from dataclasses import replace
+import statistics
 from pathlib import Path
 
-from qwen3_trn_helpers.hf_checkpoint import make_random_hf_checkpoint
-from qwen3_trn_helpers.moe_blockwise import num_blocks
-from qwen3_trn_helpers.parity import ParityReport, parity
-from qwen3_trn_helpers.variants import TINY
+from qwen3_trn_helpers import run
+from qwen3_trn_helpers.lessons.moe_blocks import padding_fraction
+from qwen3_trn_helpers.lessons.parity import parity
+from qwen3_trn_helpers.lessons.torchtitan_view import lr_schedule
+from qwen3_trn_helpers.training import patches
+from qwen3_trn_helpers.training.spec import RunSpec, plan_run
+from qwen3_trn_helpers.training.trainer import trainer_config
 
 
-def exercise_1(seq_len: int = 4096, top_k: int = 8, experts: int = 128, block: int = 256):
-    """Blocks for one 4096-token sample, and the most padding slots that can occur."""
-    pairs = seq_len * top_k
-    blocks = num_blocks(seq_len, top_k, experts, block)
-    return blocks, blocks * block - pairs
+def exercise_1(checkpoint: Path):
+    """The parity check with the rope patch switched off.
+
+    native vs transformers still agree (to fp32 rounding); both comparisons that
+    involve transformers_v5 fail: its rotary inv_freq was never initialised, so every
+    position past the first is rotated wrongly (uninitialised memory: by nothing if it
+    happens to hold zeros, by garbage otherwise). A loss is a poor detector here: the
+    tiny pretrained model uses positions so little that its loss barely moves, which is
+    why the parity check compares logits.
+    """
+    with patches.disabled("hf_backend_rope_init"):
+        return parity(checkpoint)
 
 
-def exercise_2(workdir: str | Path) -> ParityReport:
-    """Parity holds for any rope_theta: all three paths read it from config.json. The
-    2507 weights were trained with 5e6, so running them with 1e6 would be a different
-    (wrong) function, which is why the package checks rope_theta against the preset."""
-    ckpt = make_random_hf_checkpoint(replace(TINY, rope_theta=1e6), Path(workdir) / "r1e6")
-    return parity(ckpt)
+def exercise_2(workdir: Path) -> dict[str, float]:
+    """Median step time of the two expert implementations, and the tiny MoE's padding.
+
+    256 tokens x top-2 = 512 pairs in blocks of 64 over 8 experts: 15 blocks, 960 slots,
+    47% padding, which the blockwise reference computes and grouped_mm does not.
+    """
+    times = {}
+    for impl in ("blockwise", "grouped_mm"):
+        result = run("nki_moe", moe_impl=impl, steps=3, out=workdir / impl, progress=False)
+        times[impl] = statistics.median(m["step_time_s"] for m in result.metrics[1:])
+    times["padding"] = padding_fraction(tokens=256, top_k=2, experts=8, block=64)
+    return times
+
+
+def exercise_3() -> int:
+    """The step with the peak learning rate for warm-up 5: step 5, the last warm-up step
+    (torchtitan's warm-up reaches the peak on its last step, then decays linearly)."""
+    spec = RunSpec(steps=20, warmup_steps=5, lr=3e-4)
+    rates = lr_schedule(trainer_config(plan_run(spec), "runs/unused"))
+    return rates.index(max(rates)) + 1

@@ -1,22 +1,30 @@
-"""Solutions to the exercises of 03_ten_step_run."""
+"""Solutions to the exercises of 03_ten_step_run (tested by tests/test_solutions.py)."""
 
+import math
 from pathlib import Path
 
-from qwen3_trn_helpers.metrics import read_metrics
+from qwen3_trn_helpers import run
+from qwen3_trn_helpers.training.metrics import read_metrics
 
 
-def mean_step_time(metrics_path: str | Path) -> float:
-    """Exercise 1: step 1 includes one-off costs (allocation, warm caches, on trn2 the
-    graph compilation), so it is not representative of the steady state."""
-    records = read_metrics(metrics_path)[1:]
-    return sum(r["step_time_s"] for r in records) / len(records)
+def exercise_1(metrics_path: Path) -> tuple[float, float]:
+    """Perplexity at steps 1 and 10 of one run."""
+    records = read_metrics(metrics_path)
+    return math.exp(records[0]["loss"]), math.exp(records[-1]["loss"])
 
 
-def drop_per_step(losses: list[float]) -> float:
-    """Exercise 2: average loss change per step (negative = falling).
+def exercise_2(workdir: Path, variant: str = "native") -> tuple[float, float]:
+    """Step-1 loss of the pretrained model on text it was trained on, and on held-out
+    text. The first is lower: part of what a model 'knows' about its training text is
+    memorised, which is why evaluation holds data out."""
+    seen = run(variant, init="pretrained", steps=1, corpus="embedded-pretrain",
+               out=workdir / "seen", progress=False)  # fmt: skip
+    unseen = run(variant, init="pretrained", steps=1, corpus="embedded",
+                 out=workdir / "unseen", progress=False)  # fmt: skip
+    return seen.losses[0], unseen.losses[0]
 
-    On CPU the local "published" model was pretrained on the same corpus, so the 10 steps
-    simply continue its training and the loss keeps falling; the random model's updates
-    first only learn which tokens are frequent. With the real 4B model on new text the
-    pretrained curve is much flatter: there is little left to learn in 10 steps."""
-    return (losses[-1] - losses[0]) / (len(losses) - 1)
+
+def exercise_3(workdir: Path) -> list[float]:
+    """Random init at 10x the learning rate: faster at first on this tiny model, but
+    with spikes; on a large model this is how runs diverge."""
+    return run("native", lr=8e-3, steps=10, out=workdir / "lr", progress=False).losses

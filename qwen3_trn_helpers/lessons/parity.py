@@ -69,6 +69,9 @@ def torchtitan_logits(variant: str, init_dir: Path, tokens: torch.Tensor) -> tor
         steps=1,
         seq_len=tokens.shape[1],
         mixed_precision="float32",  # torchtitan's FSDP default computes in bf16
+        # on the CPU everywhere: a numerics check, and on trn2 it keeps the notebook
+        # process from starting the Neuron runtime
+        device="cpu",
     )
     plan = plan_run(spec)
     with tempfile.TemporaryDirectory() as out, quiet_torchtitan(False):

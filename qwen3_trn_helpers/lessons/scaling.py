@@ -132,3 +132,67 @@ def matched_corpora(folder, samples: int, seq_len: int = 256, tokenizer_dir=None
         (folder / name).write_text("".join(json.dumps({"text": d}) + "\n" for d in order))
         paths.append(folder / name)
     return tuple(paths)
+
+
+def mesh_figure(plan: Plan, topology: Topology = TRN2):
+    """The plan's device mesh: one cell per rank, FSDP groups as rows, TP groups as
+    columns, coloured by the Trainium2 chip each rank's logical core sits on."""
+    import numpy as np
+    from matplotlib import colormaps
+
+    from .plots import NotebookFigure
+
+    tp, fsdp = plan.tp, plan.fsdp
+    ranks = np.arange(plan.world_size).reshape(fsdp, tp)  # tp innermost, as torchtitan
+    chips = ranks // topology.cores_per_chip
+    fig = NotebookFigure(figsize=(2.2 + 0.55 * tp * (2 if tp < 4 else 1), 0.32 * fsdp + 1.4),
+                         dpi=110, layout="constrained")  # fmt: skip
+    ax = fig.add_subplot()
+    ax.imshow(chips, cmap=colormaps["tab20"], aspect="auto", vmin=0, vmax=19)
+    for (row, col), rank in np.ndenumerate(ranks):
+        ax.text(col, row, f"r{rank}\nchip {chips[row, col]}", ha="center", va="center",
+                fontsize=6.5)  # fmt: skip
+    ax.set_xticks(range(tp), [f"TP {c}" for c in range(tp)])
+    ax.set_yticks(range(fsdp), [f"FSDP {r}" for r in range(fsdp)], fontsize=7)
+    ax.set_title(
+        f"{plan.preset.name}: {plan.world_size} ranks = TP {tp} x FSDP {fsdp}\n"
+        f"(LNC {topology.lnc}: {topology.cores_per_chip} logical cores per chip)",
+        fontsize="medium",
+    )
+    return fig
+
+
+MEMORY_TERMS = ("params", "grads", "AdamW", "FSDP buffers", "kernel copies", "activations",
+                "logits", "scores")  # fmt: skip
+
+
+def memory_figure(estimates: dict, measured: dict | None = None):
+    """Stacked bars of per-core memory (training/memory.py terms) against the HBM line.
+
+    ``measured`` maps a label to the dry run's measured params + grads + AdamW (GiB),
+    drawn as a marker beside the estimate of those three terms.
+    """
+    from .plots import NotebookFigure
+
+    fig = NotebookFigure(figsize=(7.5, 4.2), dpi=110, layout="constrained")
+    ax = fig.add_subplot()
+    labels = list(estimates)
+    bottoms = [0.0] * len(labels)
+    for term in MEMORY_TERMS:
+        values = [estimates[label].row()[term] for label in labels]
+        if not any(values):
+            continue
+        ax.bar(labels, values, bottom=bottoms, label=term, width=0.55)
+        bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
+    hbm = next(iter(estimates.values())).hbm_gib
+    ax.axhline(hbm, color="black", linestyle="--", linewidth=1,
+               label=f"HBM per logical core ({hbm:.0f} GiB)")  # fmt: skip
+    for i, label in enumerate(labels):
+        if measured and label in measured:
+            ax.plot([i + 0.36], [measured[label]], marker="<", color="black", markersize=8,
+                    linestyle="none", label="measured params+grads+AdamW (dry run)"
+                    if i == 0 else None)  # fmt: skip
+    ax.set_ylabel("GiB per logical NeuronCore")
+    ax.set_title("Memory per core on a trn2.48xlarge (estimate; measured where marked)")
+    ax.legend(fontsize="x-small", loc="upper left")
+    return fig

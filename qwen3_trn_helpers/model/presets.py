@@ -48,6 +48,7 @@ class Preset:
     loss_chunks: int = 1
     moe_block_size: int = 0  # tokens per block of the blockwise MoE experts
     corpus: str = "embedded"  # training text (see corpus.py); AWS's runs used C4
+    lr: float = 8e-4  # peak learning rate (torchtitan's Qwen3 default; AWS used 3e-4)
 
     @property
     def full_size(self) -> bool:
@@ -79,6 +80,7 @@ PRESETS: dict[str, Preset] = {
             layout=Layout(tp=4),
             activation_checkpoint="selective",
             corpus="c4",
+            lr=3e-4,
         ),
         Preset(
             name="30b-a3b",
@@ -92,6 +94,7 @@ PRESETS: dict[str, Preset] = {
             loss_chunks=8,
             moe_block_size=256,
             corpus="c4",
+            lr=3e-4,
         ),
     )
 }

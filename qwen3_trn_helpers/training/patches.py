@@ -327,6 +327,15 @@ VARIANT_PATCHES: dict[str, Callable[[str], Any]] = {
 
 
 @contextmanager
+def disabled(name: str) -> Iterator[None]:
+    """Leave one variant patch out of the runs started inside (to see what it fixes)."""
+    if name not in VARIANT_PATCHES:
+        raise KeyError(f"no patch named {name!r}; the patches are {', '.join(VARIANT_PATCHES)}")
+    with replaced_item(VARIANT_PATCHES, name, lambda device: nullcontext()):
+        yield
+
+
+@contextmanager
 def run_patches(variant_patches: tuple[str, ...], device_type: str, world_size: int):
     """Everything one run needs, entered together and undone together."""
     check_torchtitan_version()

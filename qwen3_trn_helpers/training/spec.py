@@ -62,8 +62,11 @@ class RunSpec:
     tokenizer: str | None = _param(
         None, "folder with tokenizer.json (default: the checkpoint's, else the offline Qwen3)"
     )
-    lr: float = _param(
-        8e-4, "peak learning rate (AdamW, linear warmup then linear decay)", positive=True
+    lr: float | None = _param(
+        None,
+        "peak learning rate, AdamW with linear warm-up and decay (default: the preset's: "
+        "8e-4 for the small presets, 3e-4 for trn2's, as AWS's recipe)",
+        positive=True,
     )
     warmup_steps: int = _param(2, "learning-rate warmup steps", non_negative=True)
     seed: int = _param(0, "random seed (initialisation and data order)")
@@ -220,6 +223,7 @@ class Plan:
     tp: int
     attention: str
     corpus: str
+    lr: float
     moe_block_size: int
     init_dir: Path | None  # None: random init, or "pretrained" not resolved yet
     tokenizer_dir: Path | None  # None only in plans resolved for another machine
@@ -288,7 +292,7 @@ class Plan:
             "corpus": self.corpus,
             "init": self.spec.init,
             "steps": self.spec.steps,
-            "lr": self.spec.lr,
+            "lr": self.lr,
         }
 
 
@@ -379,6 +383,7 @@ def plan_run(spec: RunSpec, *, device_type: str | None = None) -> Plan:
         tp=tp,
         attention=attention,
         corpus=corpus,
+        lr=spec.lr or preset.lr,
         moe_block_size=moe_block,
         init_dir=init_dir,
         tokenizer_dir=tokenizer_dir,

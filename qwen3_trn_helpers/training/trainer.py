@@ -183,7 +183,7 @@ def trainer_config(
             jsonl_file=metrics_file,
         ),
         dataloader=HuggingFaceTextDataLoader.Config(dataset=dataset, dataset_path=dataset_path),
-        optimizer=default_adamw(lr=spec.lr),
+        optimizer=default_adamw(lr=plan.lr),
         lr_scheduler=LRSchedulersContainer.Config(
             warmup_steps=min(spec.warmup_steps, spec.steps),
             decay_ratio=0.8,

@@ -1,0 +1,65 @@
+"""Why a randomly initialised Qwen3 starts at loss ln V + sigma^2 / 2 (notebook 03).
+
+If the output layer produces logits that look like independent Gaussian noise with
+standard deviation sigma over V tokens, the cross-entropy of the right token is on
+average log-sum-exp minus the right token's logit: E[log sum_v e^z_v] - E[z_y]
+~= ln V + sigma^2 / 2 - 0. Before the last layer Qwen3 applies an RMSNorm (with weights
+1 at init), so every hidden vector has root-mean-square 1, and a logit is a dot product
+of that unit-rms vector with a row of the output layer: sigma = init_std x sqrt(dim).
+
+torchtitan initialises Qwen3's output layer with std 0.02, so sigma = 0.02 sqrt(dim):
+0.23 for the tiny model (loss ln V + 0.03) and 1.01 for Qwen3-4B (ln V + 0.51 = 12.44;
+AWS measured 12.43). :func:`measure_init` checks the prediction on a real model, built
+and initialised by torchtitan's own Trainer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+
+from ..model.shapes import Qwen3Shape
+
+TORCHTITAN_OUTPUT_INIT_STD = 0.02  # torchtitan.models.qwen3: _LINEAR_INIT
+
+
+def predicted_sigma(dim: int, init_std: float = TORCHTITAN_OUTPUT_INIT_STD) -> float:
+    return init_std * math.sqrt(dim)
+
+
+def predicted_loss(sigma: float, vocab: int) -> float:
+    return math.log(vocab) + sigma**2 / 2
+
+
+def measure_init(variant: str, shape: Qwen3Shape, seq_len: int = 64) -> dict[str, float]:
+    """Logit std and cross-entropy of a freshly initialised model on a batch of text.
+
+    The model is built and initialised by the Trainer a run would use (float32, CPU),
+    so this is the step-1 loss before any update, measured on its own.
+    """
+    import torch
+
+    from ..model.variants import get_variant
+    from ..training.spec import RunSpec, plan_run
+    from ..training.train import quiet_torchtitan
+    from ..training.trainer import build_trainer
+    from .parity import fixed_batch
+
+    spec = RunSpec(variant=variant, steps=1, seq_len=seq_len, mixed_precision="float32",
+                   device="cpu", attention="causal")  # fmt: skip
+    plan = plan_run(spec)
+    preset = dataclasses.replace(plan.preset, shape=shape)
+    plan = dataclasses.replace(plan, shape=shape, preset=preset)
+    tokens = fixed_batch(plan.tokenizer_dir, seq_len + 1, batch=2)
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    with tempfile.TemporaryDirectory() as out, quiet_torchtitan(False):
+        trainer = build_trainer(plan, out, metrics_file="")
+        try:
+            model = trainer.model_parts[0].eval()
+            with torch.no_grad():
+                logits = get_variant(variant).logits(model, inputs).float()
+        finally:
+            trainer.close()
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    return {"sigma": logits.std().item(), "loss": loss.item()}

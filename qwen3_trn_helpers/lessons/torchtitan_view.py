@@ -1,0 +1,127 @@
+"""torchtitan itself, for the notebooks: its Trainer.Config, model configs, LR schedule and
+its own command line. Everything shown is the object torchtitan builds or runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _fields(obj: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in names}
+
+
+def config_sections(config) -> dict[str, dict[str, Any]]:
+    """The parts of a ``Trainer.Config`` a training run is decided by, section by section."""
+    group = config.optimizer.param_groups[0]
+    checkpoint = config.checkpoint
+    ac = config.activation_checkpoint
+    return {
+        "optimizer": {"name": group.optimizer_name, **group.optimizer_kwargs},
+        "lr_scheduler": _fields(
+            config.lr_scheduler, ("warmup_steps", "decay_ratio", "decay_type", "min_lr_factor")
+        ),
+        "training": _fields(
+            config.training,
+            (
+                "local_batch_size",
+                "seq_len",
+                "steps",
+                "max_norm",
+                "mixed_precision_param",
+                "mixed_precision_reduce",
+            ),
+        ),  # fmt: skip
+        "parallelism": _fields(
+            config.parallelism, ("data_parallel_shard_degree", "tensor_parallel_degree")
+        ),
+        "activation_checkpoint": {"policy": type(ac).__qualname__ if ac else "none"},
+        "checkpoint": _fields(
+            checkpoint, ("enable", "interval", "initial_load_path", "initial_load_in_hf")
+        ),
+        "dataloader": _fields(config.dataloader, ("dataset", "dataset_path")),
+        "loss": {"class": type(config.loss).__qualname__},
+        "override": {"imports": config.override.imports},
+        "metrics": _fields(config.metrics, ("log_freq", "enable_tensorboard", "jsonl_file")),
+    }
+
+
+def section_rows(config) -> list[dict[str, object]]:
+    """One row per setting: section | field | value (for a notebook table)."""
+    return [
+        {"section": section, "field": field, "value": str(value)}
+        for section, values in config_sections(config).items()
+        for field, value in values.items()
+    ]
+
+
+def model_summary(model_config) -> dict[str, object]:
+    """The numbers of a torchtitan Qwen3 model config (as its Config classes hold them)."""
+    layer = model_config.layers[0]
+    attention = layer.attention
+    mlp = getattr(layer, "feed_forward", None)
+    moe = getattr(layer, "moe", None)
+    row: dict[str, object] = {
+        "layers": len(model_config.layers),
+        "dim": model_config.dim,
+        "heads": attention.n_heads,
+        "kv heads": attention.n_kv_heads,
+        "head dim": attention.head_dim,
+        "vocab": model_config.vocab_size,
+        "rope theta": attention.rope.theta,
+        "tied embeddings": model_config.enable_weight_tying,
+        "inner attention": type(attention.inner_attention).__qualname__,
+    }
+    if mlp is not None:
+        row["mlp hidden"] = mlp.w1.out_features
+    if moe is not None:
+        row["experts"] = moe.num_experts
+        row["expert hidden"] = moe.routed_experts.inner_experts.hidden_dim
+    return row
+
+
+def lr_schedule(config) -> list[float]:
+    """The learning rate at each step, from torchtitan's own scheduler for ``config``."""
+    import torch
+
+    model = torch.nn.Linear(1, 1)
+    optimizers = config.optimizer.build(model_parts=[model])
+    schedulers = config.lr_scheduler.build(
+        optimizers=optimizers, training_steps=config.training.steps
+    )
+    rates = []
+    for _ in range(config.training.steps):
+        rates.append(optimizers.optimizers[0].param_groups[0]["lr"])
+        optimizers.step()
+        schedulers.step()
+    return rates
+
+
+def torchtitan_entry_point(
+    config: str, out: str | Path, *overrides: str, timeout: float = 600
+) -> tuple[str, list[dict[str, Any]], float]:
+    """Run ``python -m torchtitan.train --module qwen3_trn_helpers --config NAME ...``.
+
+    torchtitan's own ``main()`` parses the flags (tyro), builds the Trainer and trains;
+    our package only supplies the config. Returns (the command, the metrics it wrote,
+    seconds).
+    """
+    from ..training.launch import shell_command
+    from ..training.metrics import read_metrics
+
+    out = Path(out)
+    cmd = ["python", "-m", "torchtitan.train", "--module", "qwen3_trn_helpers",
+           "--config", config, "--dump_folder", str(out), *overrides]  # fmt: skip
+    started = time.perf_counter()
+    env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    proc = subprocess.run(
+        [sys.executable, *cmd[1:]], capture_output=True, text=True, timeout=timeout, env=env
+    )
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+        raise RuntimeError(f"torchtitan.train failed:\n{tail}")
+    return shell_command(cmd), read_metrics(out / "metrics.jsonl"), time.perf_counter() - started
