@@ -172,17 +172,28 @@ RUN_TAGGED = (
 )
 
 PANEL_STATE = """() => {
-  const bar = [...document.querySelectorAll('.jupyter-widgets .widget-inline-hbox')]
-    .map(b => b.querySelector('progress')).find(p => p);
+  const widget = document.querySelector('.jupyter-widgets.widget-hprogress');
+  const label = widget ? widget.querySelector('.widget-label') : null;
+  const bar = widget ? widget.querySelector('.progress-bar') : null;
   const img = [...document.querySelectorAll('.jupyter-widgets img')].pop();
-  const html = [...document.querySelectorAll('.jupyter-widgets.widget-html')].map(h => h.innerText);
+  const html = [...document.querySelectorAll('.jupyter-widgets.widget-html')]
+    .map(h => h.innerText);
+  const step = label ? Number((label.innerText.match(/step (\\d+)/) || [0, -1])[1]) : -1;
   return {
-    progress: bar ? Number(bar.value) : null,
-    max: bar ? Number(bar.max) : null,
+    step: step,
+    width: bar ? bar.style.width : null,
     image: img ? img.src.length + ':' + img.src.slice(-64) : null,
     imageLoaded: img ? img.naturalWidth > 0 : false,
     status: html.join(' | '),
   };
+}"""
+
+
+COUNT_IMAGE_UPDATES = """() => {
+  window.__imageUpdates = 0;
+  const panel = document.querySelector('.jupyter-widgets.widget-image');
+  new MutationObserver(records => { window.__imageUpdates += records.length; })
+    .observe(panel, {attributes: true, childList: true, subtree: true});
 }"""
 
 
@@ -211,17 +222,21 @@ def test_training_panel_in_jupyterlab(jupyterlab, browser):
         run_button.scroll_into_view_if_needed()
         page.wait_for_function("() => (" + PANEL_STATE + ")().imageLoaded", timeout=60_000)
         before = page.evaluate(PANEL_STATE)
-        assert before["progress"] == 0 and "Press Run" in before["status"]
+        assert before["step"] == 0 and "Press Run" in before["status"], before
         page.screenshot(path=str(ARTIFACTS / "panel-before.png"))
+        # 4 steps: type into the slider's readout, as a user can
+        readout = page.locator(".jupyter-widgets.widget-hslider .widget-readout").first
+        readout.click()
+        readout.fill("4")
+        readout.press("Enter")
+        page.evaluate(COUNT_IMAGE_UPDATES)
         run_button.click()
         # the plot and the progress bar update while steps complete, not only at the end
-        page.wait_for_function(
-            "() => { const s = (" + PANEL_STATE + ")();"
-            " return s.progress > 0 && s.progress < s.max; }",
+        during = page.wait_for_function(
+            "() => { const s = (" + PANEL_STATE + ")(); return s.step > 0 && s.step < 4 && s; }",
             timeout=300_000,
             polling=100,
-        )
-        during = page.evaluate(PANEL_STATE)
+        ).json_value()
         page.wait_for_function(
             "() => (" + PANEL_STATE + ")().status.includes('done:')",
             timeout=600_000,
@@ -231,8 +246,10 @@ def test_training_panel_in_jupyterlab(jupyterlab, browser):
         page.screenshot(path=str(ARTIFACTS / "panel-after.png"))
         state = page.evaluate(NOTEBOOK_STATE, path)
         assert state["errors"] == [], state["errors"]
-        assert after["progress"] == after["max"] == 10
-        assert before["image"] != during["image"] != after["image"]  # re-rendered per step
+        assert after["step"] == 4 and after["width"] == "100%", after
+        assert 0 < during["step"] < 4
+        # the plot was re-rendered as steps completed, not once at the end
+        assert page.evaluate("() => window.__imageUpdates") >= 3
         assert after["imageLoaded"] and "loss" in after["status"]
     finally:
         page.close()

@@ -10,19 +10,19 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def test_run_button_trains_and_updates_widgets(tmp_path):
     panel = TrainingPanel(out_root=tmp_path)
-    panel.steps.value = 3
+    panel.steps.value = 2
     seen_progress = []
     panel.progress.observe(lambda change: seen_progress.append(change["new"]), "value")
     panel.run_button.click()
-    assert seen_progress[-3:] == [1, 2, 3]  # one update per completed step, live
-    assert panel.progress.value == panel.progress.max == 3
+    assert seen_progress[-2:] == [1, 2]  # one update per completed step, live
+    assert panel.progress.value == panel.progress.max == 2
     assert bytes(panel.plot.value).startswith(PNG)
-    assert panel.status.value.startswith("done: 3 steps")
+    assert panel.status.value.startswith("done: 2 steps")
     assert not panel.run_button.disabled
     (result,) = panel.results
-    assert result.metrics_path.exists() and len(result.losses) == 3
+    assert result.metrics_path.exists() and len(result.losses) == 2
     panel.variant.value = "nki_moe"  # a second run in the same kernel, another variant
-    panel.steps.value = 2
+    panel.steps.value = 1
     panel.run_button.click()
     assert len(panel.results) == 2 and panel.results[1].spec.variant == "nki_moe"
 

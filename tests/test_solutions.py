@@ -57,8 +57,8 @@ def test_s03_ten_step_run(tmp_path, ten_step_random, published_tiny):
     assert last < first  # it did learn something in 10 steps
     seen, unseen = s03.exercise_2(tmp_path)
     assert seen < unseen  # memorised text scores better than held-out text
-    losses = s03.exercise_3(tmp_path)
-    assert len(losses) == 10 and all(math.isfinite(x) for x in losses)
+    losses = s03.exercise_3(tmp_path, steps=4)
+    assert len(losses) == 4 and all(math.isfinite(x) for x in losses)
 
 
 def test_s04_scaling_to_trn2():

@@ -76,7 +76,7 @@ def test_causal_attention_agrees_between_native_and_v5(tiny_hf_checkpoint, tmp_p
     losses = {
         v: run(
             v,
-            steps=2,
+            steps=1,
             init=str(tiny_hf_checkpoint),
             attention="causal",
             out=str(tmp_path / v),

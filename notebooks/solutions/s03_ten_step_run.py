@@ -24,7 +24,7 @@ def exercise_2(workdir: Path, variant: str = "native") -> tuple[float, float]:
     return seen.losses[0], unseen.losses[0]
 
 
-def exercise_3(workdir: Path) -> list[float]:
+def exercise_3(workdir: Path, steps: int = 10) -> list[float]:
     """Random init at 10x the learning rate: faster at first on this tiny model, but
     with spikes; on a large model this is how runs diverge."""
-    return run("native", lr=8e-3, steps=10, out=workdir / "lr", progress=False).losses
+    return run("native", lr=8e-3, steps=steps, out=workdir / "lr", progress=False).losses
