@@ -13,6 +13,11 @@ from pathlib import Path
 
 # No test and no notebook may touch the model hub.
 os.environ["HF_HUB_OFFLINE"] = "1"
+# Under pytest-xdist the workers share the cores: one compute thread each (and for the
+# processes they start, notebook kernels included), or the thread pools oversubscribe
+# the machine and spin against each other.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -22,7 +27,7 @@ _NOTEBOOK_SECONDS: dict[str, float] = defaultdict(float)
 
 def pytest_runtest_logreport(report) -> None:
     path = report.nodeid.split("::", 1)[0]
-    if path.endswith(".ipynb"):
+    if path.endswith(".ipynb"):  # (under xdist the controller receives every report)
         _NOTEBOOK_SECONDS[path] += report.duration
 
 

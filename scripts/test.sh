@@ -1,8 +1,19 @@
 #!/usr/bin/env bash
-# The whole suite: unit tests, then every notebook executed by nbval. CI runs exactly this.
+# The whole suite: unit tests, every notebook executed by nbval, the browser test.
+# CI runs exactly this. Independent test files run on all cores (pytest-xdist; a
+# notebook's cells stay together in one worker).
+#
+#   scripts/test.sh            # everything (about 10 minutes on 2 cores, fresh cache)
+#   scripts/test.sh --fast     # the inner loop: tests not marked slow, no notebooks
+#   scripts/test.sh -k parity  # any further pytest arguments are passed on
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --install-only
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 MPLBACKEND=Agg
-exec "${QWEN3_TRN_VENV:-.venv}/bin/python" -m pytest tests notebooks \
-  --nbval-lax --nbval-current-env --durations=15 "$@"
+py="${QWEN3_TRN_VENV:-.venv}/bin/python"
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  exec "$py" -m pytest tests -m "not slow" -n auto --dist loadfile --durations=10 "$@"
+fi
+exec "$py" -m pytest tests notebooks --nbval-lax --nbval-current-env \
+  -n auto --dist loadfile --durations=15 "$@"
