@@ -17,7 +17,6 @@ a NeuronCore.
 from __future__ import annotations
 
 import dataclasses
-import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -147,6 +146,7 @@ def dry_run(
     quick check of the 30B-A3B layout).
     """
     from ..assets import ensure_tokenizer
+    from .rendezvous import scoped_environ
     from .train import quiet_torchtitan
     from .trainer import build_trainer
 
@@ -169,10 +169,8 @@ def dry_run(
         corpus="embedded",
         tokenizer_dir=ensure_tokenizer(),
     )
-    saved = {k: os.environ.get(k) for k in ("NGPU",)}
-    os.environ["NGPU"] = str(world)
-    try:
-        with tempfile.TemporaryDirectory() as out, quiet_torchtitan(False):
+    with scoped_environ(NGPU=str(world)), tempfile.TemporaryDirectory() as out:
+        with quiet_torchtitan(False):
             started = time.perf_counter()
             trainer = build_trainer(here, out, comm_mode="fake_backend", metrics_file="")
             built = time.perf_counter()
@@ -182,12 +180,6 @@ def dry_run(
                 total, local, nbytes, shards = measure_rank_state(trainer)
             finally:
                 trainer.close()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return DryRunReport(
         variant=spec.variant,
         preset=preset_name,

@@ -36,6 +36,21 @@ def world_size() -> int:
 
 
 @contextmanager
+def scoped_environ(**values: str) -> Iterator[None]:
+    """Set environment variables for the duration; the previous values come back."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextmanager
 def one_rank_environment() -> Iterator[bool]:
     """The rendezvous variables of a one-rank group, unless torchrun already set them.
 
@@ -44,21 +59,6 @@ def one_rank_environment() -> Iterator[bool]:
     if launched_by_torchrun():
         yield True
         return
-    env = {
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "1",
-        "LOCAL_WORLD_SIZE": "1",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    one_rank = dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+    with scoped_environ(**one_rank, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())):
         yield False
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v

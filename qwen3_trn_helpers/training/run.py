@@ -68,24 +68,13 @@ def run_spec(
         return train(spec, progress=progress, verbose=verbose, label=label, on_step=on_step)
 
     from .launch import launch
+    from .train import step_reporter
 
     if spec.out is None:
         spec = spec.replace(out=f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=spec.steps, desc=label or f"{spec.variant} x{spec.nproc}", unit="step")
-
-    def step_done(record: dict[str, Any]) -> None:
-        if bar is not None:
-            bar.set_postfix(loss=f"{record['loss']:.3f}")
-            bar.update(1)
-        if on_step is not None:
-            on_step(record)
-
+    desc = label or f"{spec.variant} x{spec.nproc}"
+    step_done, close_bar = step_reporter(spec.steps, desc, progress, on_step)
     try:
         return launch(spec, device, on_step=step_done)
     finally:
-        if bar is not None:
-            bar.close()
+        close_bar()

@@ -154,6 +154,30 @@ def quiet_torchtitan(verbose: bool) -> Iterator[None]:
         root.setLevel(level)
 
 
+def step_reporter(
+    steps: int,
+    desc: str,
+    progress: bool,
+    on_step: Callable[[dict[str, Any]], None] | None,
+    initial: int = 0,
+) -> tuple[Callable[[dict[str, Any]], None], Callable[[], None]]:
+    """(called with each step's record, called at the end): a tqdm bar and ``on_step``."""
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=steps, initial=initial, desc=desc, unit="step")
+
+    def step_done(record: dict[str, Any]) -> None:
+        if bar is not None:
+            bar.set_postfix(loss=f"{record['loss']:.3f}")
+            bar.update(1)
+        if on_step is not None:
+            on_step(record)
+
+    return step_done, (bar.close if bar is not None else lambda: None)
+
+
 def train(
     spec: RunSpec,
     *,
@@ -195,19 +219,10 @@ def train(
             (out / "run.json").write_text(json.dumps(info, indent=2))
 
     write_manifest("running")
-    bar = None
-    if progress and rank0:
-        from tqdm.auto import tqdm
-
-        desc = label or f"{spec.variant}/{Path(spec.init).name}"
-        bar = tqdm(total=spec.steps, initial=resumed_from, desc=desc, unit="step")
-
-    def step_done(record: dict[str, Any]) -> None:
-        if bar is not None:
-            bar.set_postfix(loss=f"{record['loss']:.3f}")
-            bar.update(1)
-        if on_step is not None:
-            on_step(record)
+    desc = label or f"{spec.variant}/{Path(spec.init).name}"
+    step_done, close_bar = step_reporter(
+        spec.steps, desc, progress and rank0, on_step, initial=resumed_from
+    )
 
     started = time.perf_counter()
     try:
@@ -227,8 +242,7 @@ def train(
         raise
     finally:
         result.wall_s = time.perf_counter() - started
-        if bar is not None:
-            bar.close()
+        close_bar()
         if rank0 and (out / "metrics.jsonl").exists():
             result.metrics = read_metrics(out / "metrics.jsonl")
         write_manifest(
