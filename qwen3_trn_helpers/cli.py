@@ -154,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also pretrain the local 'published' tiny checkpoints (instructors: before class)",
     )
+    assets.add_argument(
+        "--download",
+        metavar="PRESET",
+        action="append",
+        help="also download a preset's published weights from the hub (trn2: 4b, 30b-a3b)",
+    )
     return parser
 
 
@@ -286,6 +292,15 @@ def _cmd_assets(args: argparse.Namespace) -> int:
 
         for name in ("tiny", "tiny_moe"):
             print(f"published: {ensure_local_published(PRESETS[name])}")
+    for name in args.download or []:
+        from .model.presets import get_preset
+        from .training.hub import download_checkpoint
+
+        preset = get_preset(name)
+        if preset.hub_id is None:
+            print(f"{name}: no published weights on the hub (use --published)")
+            continue
+        print(f"downloaded: {download_checkpoint(preset.hub_id)}")
     return 0
 
 

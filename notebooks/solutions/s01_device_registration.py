@@ -9,9 +9,10 @@ def exercise_1() -> dict:
     """The toy device registered but unavailable: PyTorch does not report it.
 
     ``_get_available_device_type()`` only returns a PrivateUse1 backend whose module says
-    ``is_available()``; torchtitan then falls back to "cuda" as with no accelerator. On a
-    trn2 whose driver sees no cores, torch-neuronx answers False the same way, and the
-    run fails early instead of pretending.
+    ``is_available()``; torchtitan then falls back to "cuda" as with no accelerator, and
+    on a trn2 whose driver sees no cores it would fail at its first ``set_device``. This
+    package's ``resolve_device("auto")`` asks the same question and chooses the CPU
+    there (and ``--device neuron`` says no Trainium device is visible).
     """
     return toy_backend_demo(available=False)["stages"][-1]
 

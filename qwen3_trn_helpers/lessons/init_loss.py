@@ -32,12 +32,24 @@ def predicted_loss(sigma: float, vocab: int) -> float:
     return math.log(vocab) + sigma**2 / 2
 
 
-def measure_init(variant: str, shape: Qwen3Shape, seq_len: int = 64) -> dict[str, float]:
+def measure_init(
+    variant: str, shape: Qwen3Shape, seq_len: int = 64, isolate: bool | None = None
+) -> dict[str, float]:
     """Logit std and cross-entropy of a freshly initialised model on a batch of text.
 
     The model is built and initialised by the Trainer a run would use (float32, CPU),
-    so this is the step-1 loss before any update, measured on its own.
+    so this is the step-1 loss before any update, measured on its own. On trn2 (or with
+    ``isolate=True``) it runs in a child process, keeping the notebook off Neuron.
     """
+    from ..training.isolate import call_in_child, should_isolate
+
+    if should_isolate(isolate):
+        return call_in_child(
+            f"{__name__}:measure_init", variant=variant, shape=dataclasses.asdict(shape),
+            seq_len=seq_len,
+        )  # fmt: skip
+    if isinstance(shape, dict):  # from a child's JSON arguments
+        shape = Qwen3Shape(**shape)
     import torch
 
     from ..model.variants import get_variant

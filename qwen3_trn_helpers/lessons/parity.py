@@ -13,7 +13,7 @@ Paths 2 and 3 are exactly the code a training run uses. All in float32 on the CP
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -86,7 +86,22 @@ def torchtitan_logits(variant: str, init_dir: Path, tokens: torch.Tensor) -> tor
             trainer.close()
 
 
-def parity(init_dir: str | Path, seq_len: int = 64) -> ParityReport:
+def parity_dict(init_dir: str, seq_len: int = 64, isolate: bool | None = None) -> dict:
+    """:func:`parity` as plain data (what a child process sends back)."""
+    return asdict(parity(init_dir, seq_len, isolate=isolate))
+
+
+def parity(init_dir: str | Path, seq_len: int = 64, isolate: bool | None = None) -> ParityReport:
+    """Max |difference| of fp32 logits between the three ways to load ``init_dir``.
+
+    ``isolate`` (default: only where this process sees Neuron) runs the check in a child
+    process, so a notebook kernel on trn2 never builds a trainer itself.
+    """
+    from ..training.isolate import call_in_child, should_isolate
+
+    if should_isolate(isolate):
+        data = call_in_child(f"{__name__}:parity_dict", init_dir=init_dir, seq_len=seq_len)
+        return ParityReport(data["max_abs_diff"], tuple(data["logits_shape"]))
     from ..assets import resolve_tokenizer
     from ..model.hf_checkpoint import check_hf_checkpoint
 

@@ -136,15 +136,34 @@ def measure_rank_state(trainer) -> tuple[int, int, int, list[dict[str, Any]]]:
     return total, local, nbytes, shards
 
 
+def dry_run_dict(spec: dict, layers=None, step_seq_len=DRY_RUN_SEQ_LEN, isolate=None) -> dict:
+    """:func:`dry_run` as plain data (what a child process sends back)."""
+    report = dry_run(RunSpec(**spec), layers=layers, step_seq_len=step_seq_len, isolate=isolate)
+    return dataclasses.asdict(report)
+
+
 def dry_run(
-    spec: RunSpec, *, layers: int | None = None, step_seq_len: int = DRY_RUN_SEQ_LEN
+    spec: RunSpec,
+    *,
+    layers: int | None = None,
+    step_seq_len: int = DRY_RUN_SEQ_LEN,
+    isolate: bool | None = None,
 ) -> DryRunReport:
     """Build ``spec``'s trn2 configuration on the CPU, rank 0 of its world, and step once.
 
     ``spec.preset`` defaults to the variant's trn2 preset and ``spec.nproc`` (when 1) to
     the preset's world size. ``layers`` keeps the layout but builds fewer layers (for a
-    quick check of the 30B-A3B layout).
+    quick check of the 30B-A3B layout). On trn2 (or with ``isolate=True``) the dry run
+    happens in a child process, so a notebook kernel never builds a trainer itself.
     """
+    from .isolate import call_in_child, should_isolate
+
+    if should_isolate(isolate):
+        data = call_in_child(
+            f"{__name__}:dry_run_dict", spec=dataclasses.asdict(spec), layers=layers,
+            step_seq_len=step_seq_len,
+        )  # fmt: skip
+        return DryRunReport(**data)
     from ..assets import ensure_tokenizer
     from .rendezvous import scoped_environ
     from .train import quiet_torchtitan

@@ -13,6 +13,7 @@ override mechanism (model/attention.py, model/moe_blockwise.py).
 
 from __future__ import annotations
 
+import os
 import platform
 import resource
 import sys
@@ -326,12 +327,22 @@ VARIANT_PATCHES: dict[str, Callable[[str], Any]] = {
 }
 
 
+DISABLED_ENV = "QWEN3_TRN_DISABLED_PATCHES"
+
+
 @contextmanager
 def disabled(name: str) -> Iterator[None]:
-    """Leave one variant patch out of the runs started inside (to see what it fixes)."""
+    """Leave one variant patch out of the runs started inside (to see what it fixes).
+
+    Recorded in the environment, so runs in child processes (torchrun ranks, trn2's
+    isolated notebook helpers) leave it out too.
+    """
+    from .rendezvous import scoped_environ
+
     if name not in VARIANT_PATCHES:
         raise KeyError(f"no patch named {name!r}; the patches are {', '.join(VARIANT_PATCHES)}")
-    with replaced_item(VARIANT_PATCHES, name, lambda device: nullcontext()):
+    names = [n for n in os.environ.get(DISABLED_ENV, "").split(",") if n]
+    with scoped_environ(**{DISABLED_ENV: ",".join([*names, name])}):
         yield
 
 
@@ -344,8 +355,10 @@ def run_patches(variant_patches: tuple[str, ...], device_type: str, world_size: 
             stack.enter_context(torchtitan_on_cpu())
         if world_size == 1 and trainer_sleeps_at_end():
             stack.enter_context(no_end_of_run_sleep())
+        skipped = set(os.environ.get(DISABLED_ENV, "").split(","))
         for name in variant_patches:
-            stack.enter_context(VARIANT_PATCHES[name](device_type))
+            if name not in skipped:
+                stack.enter_context(VARIANT_PATCHES[name](device_type))
         yield
 
 
