@@ -180,7 +180,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
         spec = resolve_init(spec, device, not args.no_progress)  # once, not once per rank
         print(f"launching: {shell_command(torchrun_command(spec))}", flush=True)
-        result = launch(spec, device)
+        result = launch(spec, device, progress=not args.no_progress, verbose=args.verbose)
     else:
         if args.verbose:
             from torchtitan.tools.logging import init_logger

@@ -149,7 +149,7 @@ def run_ladder(
         if rung.name == "4b_native_64ranks" and not on_neuron:
             rung.status, rung.reason = "skip", "needs a trn2.48xlarge (64 logical NeuronCores)"
         else:
-            _climb(rung, out)
+            _climb(rung, out, on_neuron)
         if echo:
             line = f"{rung.status:<5} {rung.name:<28} {rung.seconds:6.1f}s  {rung.reason}"
             print(line + (f"\n      fix: {rung.fix}" if rung.status == "fail" else ""), flush=True)
@@ -157,26 +157,37 @@ def run_ladder(
     return ladder
 
 
-def _climb(rung: Rung, out: Path) -> None:
+def _climb(rung: Rung, out: Path, on_neuron: bool) -> None:
+    from .training.launch import neuron_rank_environment, stop_process_group
+
     log = out / f"{rung.name}.log"
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     env.setdefault("HF_HUB_OFFLINE", "1")
+    if on_neuron:  # the same logical-core size training launches use
+        env = neuron_rank_environment(env)
     started = time.monotonic()
+    proc = subprocess.Popen(
+        _command(rung, out),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,  # a timeout stops torchrun's workers too
+    )
     try:
-        proc = subprocess.run(
-            _command(rung, out),
-            capture_output=True,
-            text=True,
-            timeout=rung.timeout_s,
-            env=env,
-        )
-    except subprocess.TimeoutExpired as e:
-        rung.seconds = time.monotonic() - started
-        rung.status, rung.reason = "fail", f"no answer within {rung.timeout_s:.0f} s"
-        log.write_text(str(e.stdout or "") + str(e.stderr or ""))
+        stdout, stderr = proc.communicate(timeout=rung.timeout_s)
+    except subprocess.TimeoutExpired:
+        stop_process_group(proc)
+        stdout, stderr = proc.communicate()
+        rung.seconds = round(time.monotonic() - started, 1)
+        rung.status, rung.reason = "fail", f"no answer within {rung.timeout_s:.0f} s (log: {log})"
+        log.write_text(stdout + stderr)
         return
+    except BaseException:  # Ctrl-C: the child's session does not get the terminal's signal
+        stop_process_group(proc)
+        raise
     rung.seconds = round(time.monotonic() - started, 1)
-    text = proc.stdout + proc.stderr
+    text = stdout + stderr
     log.write_text(text)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if proc.returncode == 0:
@@ -228,6 +239,10 @@ def rung_environment() -> None:
             __import__(module)
         except Exception as e:  # ImportError, or a kernel module failing at import
             missing.append(f"{module} ({type(e).__name__})")
+    if shutil.which("neuronx-cc") is None:  # torch-neuronx looks the compiler up on PATH
+        missing.append(
+            "neuronx-cc on PATH (activate the Neuron venv, or rerun scripts/setup.sh from it)"
+        )
     from .device import neuron_ls
 
     chips = neuron_ls()
@@ -251,11 +266,15 @@ def rung_registration() -> None:
         _skip(f"PrivateUse1 backend is {name!r}: torch-neuronx is not loaded here")
     problems = []
     count = torch.neuron.device_count()  # type: ignore[attr-defined]
-    from .trn2 import Topology, lnc_from_env
+    from .device import neuron_ls
+    from .trn2 import PHYSICAL_CORES_PER_CHIP, lnc_from_env
 
-    expected = Topology(lnc_from_env()).logical_cores
+    chips = len(neuron_ls() or [])  # 16 on a trn2.48xlarge, 1 on a trn2.3xlarge
+    expected = chips * PHYSICAL_CORES_PER_CHIP // lnc_from_env()
     if count != expected:
-        problems.append(f"{count} devices, expected {expected} at LNC {lnc_from_env()}")
+        problems.append(
+            f"{count} devices, expected {expected} ({chips} chips at LNC {lnc_from_env()})"
+        )
     if str(torch.accelerator.current_accelerator()) not in ("neuron", "neuron:0"):
         problems.append(f"torch.accelerator is {torch.accelerator.current_accelerator()}")
     backend = dist.Backend.default_device_backend_map.get("neuron")
@@ -299,6 +318,9 @@ def rung_collectives() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
     model.to(device)
     fully_shard(model)
+    # as torchtitan trains: it normalises the loss itself and sets FSDP's divide factor
+    # to 1, so gradients are reduce-scattered with PREMUL_SUM (distributed/fsdp.py)
+    model.set_gradient_divide_factor(1.0)
     if device_type == "cpu":
         model.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)

@@ -29,7 +29,7 @@ def ours(steps: int, out: Path) -> list[float]:
 
 
 def torchtitan_entry_point(steps: int, out: Path) -> list[float]:
-    from qwen3_trn_helpers.training.metrics import read_metrics
+    from qwen3_trn_helpers.training.metrics_file import read_metrics
 
     cmd = [sys.executable, "-m", "torchtitan.train", "--module", "qwen3_trn_helpers",
            "--config", "qwen3_trn_tiny_native", "--training.steps", str(steps),

@@ -47,7 +47,20 @@ extras="notebooks,test"
 constraints=""
 if [ -n "$neuron_site" ]; then
   own_site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  if [ -d "$own_site/torch" ]; then
+    # a .venv made earlier on the CPU path holds its own torch, which would come before
+    # the Neuron venv's on sys.path and hide it
+    echo "error: $VENV has its own torch (from a CPU setup); it would hide the Neuron" \
+      "venv's. Remove it (rm -rf $VENV) and rerun scripts/setup.sh from the Neuron venv" >&2
+    exit 1
+  fi
   printf '%s\n' $neuron_site > "$own_site/qwen3_trn_neuron_venv.pth"
+  # the Neuron compiler and tools (neuronx-cc, ...) live in the Neuron venv's bin, and
+  # torch-neuronx finds neuronx-cc on PATH: link them, so .venv/bin works on its own
+  neuron_bin=$(dirname "$("$PYTHON" -c 'import sys; print(sys.executable)')")
+  for tool in "$neuron_bin"/neuron*; do
+    [ -e "$tool" ] && [ ! -e "$VENV/bin/$(basename "$tool")" ] && ln -s "$tool" "$VENV/bin/"
+  done
   constraints="$VENV/neuron-constraints.txt"
   printf '%s\n' $neuron_pins > "$constraints"
   extras="$extras,neuron"

@@ -1,6 +1,7 @@
 """Nothing is lost: NaN stops cleanly, Ctrl-C keeps every finished step, resume is exact."""
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import pytest
 
 from qwen3_trn_helpers import run
 from qwen3_trn_helpers.errors import ConfigError, NonFiniteLoss, RunFolderError
-from qwen3_trn_helpers.training.metrics import read_metrics
+from qwen3_trn_helpers.training.metrics_file import read_metrics
 from qwen3_trn_helpers.training.train import latest_checkpoint_step
 
 
@@ -77,6 +78,21 @@ def test_resume_reproduces_the_uninterrupted_curve(tmp_path):
     assert resumed.losses == pytest.approx(whole.losses, abs=1e-6)
     manifest = json.loads((cut / "run.json").read_text())
     assert manifest["resumed_from_step"] == 2
+
+
+@pytest.mark.slow
+def test_launched_resume_reports_each_retrained_step_once(tmp_path):
+    """2 ranks: the parent follows metrics.jsonl; the interrupted run's later lines
+    (steps after the checkpoint) must not reach the progress bar or on_step."""
+    out = tmp_path / "two"
+    first = run(steps=4, nproc=2, checkpoint_interval=2, out=str(out), progress=False)
+    shutil.rmtree(out / "checkpoint" / "step-4")  # as if stopped after step 4's line
+    seen = []
+    resumed = run(steps=4, nproc=2, checkpoint_interval=2, out=str(out), resume=True,
+                  progress=False, on_step=seen.append)  # fmt: skip
+    assert [r["step"] for r in seen] == [3, 4]
+    assert [r["step"] for r in resumed.metrics] == [1, 2, 3, 4]
+    assert resumed.losses == pytest.approx(first.losses, abs=1e-5)
 
 
 def test_resume_needs_a_checkpoint(tmp_path):

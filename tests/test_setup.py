@@ -41,20 +41,27 @@ def neuron_venv(tmp_path_factory):
     (dist / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: torch-neuronx\nVersion: 2.14.3.0\n"
     )
+    compiler = venv / "bin" / "neuronx-cc"  # the Neuron compiler lives in the venv's bin
+    compiler.write_text("#!/bin/sh\necho stand-in neuronx-cc\n")
+    compiler.chmod(0o755)
     return venv
 
 
-def test_setup_reuses_the_neuron_venvs_torch(neuron_venv, tmp_path):
-    import torch
-
-    target = tmp_path / "project-venv"
-    env = {
+def _setup_env(neuron_venv: Path, target: Path, tmp_path: Path) -> dict[str, str]:
+    return {
         **os.environ,
         "PYTHON": str(neuron_venv / "bin" / "python"),
         "VIRTUAL_ENV": str(neuron_venv),
         "QWEN3_TRN_VENV": str(target),
         "PIP_DRY_RUN_REPORT": str(tmp_path / "report.json"),
     }
+
+
+def test_setup_reuses_the_neuron_venvs_torch(neuron_venv, tmp_path):
+    import torch
+
+    target = tmp_path / "project-venv"
+    env = _setup_env(neuron_venv, target, tmp_path)
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts" / "setup.sh"), "--install-only"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
@@ -72,6 +79,8 @@ def test_setup_reuses_the_neuron_venvs_torch(neuron_venv, tmp_path):
     ).split()
     assert seen[0] == torch.__version__  # the Neuron venv's torch, not a new one
     assert not Path(seen[1]).is_relative_to(target)  # nothing installed into .venv
+    # torch-neuronx finds the compiler on PATH: .venv/bin has it without the Neuron venv
+    assert (target / "bin" / "neuronx-cc").resolve() == (neuron_venv / "bin" / "neuronx-cc")
     from importlib import metadata
 
     pins = (target / "neuron-constraints.txt").read_text().splitlines()
@@ -89,3 +98,17 @@ def test_setup_reuses_the_neuron_venvs_torch(neuron_venv, tmp_path):
     assert "-e .[notebooks,test,neuron]" in proc.stdout
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert any(r.startswith("triton") for r in extras["optional-dependencies"]["neuron"])
+
+
+def test_setup_refuses_a_cpu_venv_that_would_hide_the_neuron_torch(neuron_venv, tmp_path):
+    """A .venv from the CPU quick start has its own torch, first on sys.path."""
+    target = tmp_path / "cpu-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target)], check=True)
+    (_site(target / "bin" / "python") / "torch").mkdir()
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "setup.sh"), "--install-only"],
+        cwd=ROOT, env=_setup_env(neuron_venv, target, tmp_path), capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "has its own torch" in proc.stderr and f"rm -rf {target}" in proc.stderr

@@ -37,7 +37,7 @@ def test_reproduce_runs_differ_only_in_init_on_trn2(variant, tmp_path):
     full = PRESETS[VARIANTS[variant].trn2_preset]
     assert rows["random"]["preset"] == full.name and rows["random"]["ranks"] == 64
     assert rows["random"]["seq len"] == 4096
-    assert rows["random"]["corpus"] == "c4"  # what AWS's runs trained on, not docstrings
+    assert rows["random"]["corpus"] == "c4"  # AWS: c4_test, which pip's torchtitan lacks
 
 
 def test_reproduce_on_cpu_stays_small_and_offline(tmp_path):

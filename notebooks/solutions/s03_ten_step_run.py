@@ -4,7 +4,7 @@ import math
 from pathlib import Path
 
 from qwen3_trn_helpers import run
-from qwen3_trn_helpers.training.metrics import read_metrics
+from qwen3_trn_helpers.training.metrics_file import read_metrics
 
 
 def exercise_1(metrics_path: Path) -> tuple[float, float]:

@@ -111,7 +111,7 @@ def torchtitan_entry_point(
     seconds).
     """
     from ..training.launch import shell_command
-    from ..training.metrics import read_metrics
+    from ..training.metrics_file import read_metrics
 
     out = Path(out)
     cmd = ["python", "-m", "torchtitan.train", "--module", "qwen3_trn_helpers",

@@ -98,10 +98,11 @@ def _register():
         block_size: int,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         grid = lnc_from_env()
-        return moe_cte_for_training[grid](
+        # the op's schema says a tuple of three tensors; the bridge may hand back a list
+        return tuple(moe_cte_for_training[grid](
             hidden_states, affinities_flat, gate_up, down, position_to_id, block_to_expert,
             block_size,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     def setup_context(ctx, inputs, output):
         hidden, aff, gate_up, down, pos, b2e, block_size = inputs

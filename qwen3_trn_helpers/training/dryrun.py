@@ -24,9 +24,9 @@ from typing import Any
 
 from ..model.presets import PRESETS
 from ..model.variants import get_variant
+from .memory import GIB
 from .spec import RunSpec, plan_run
 
-GIB = 1024**3
 #: tokens per sequence of the simulated step (activations are estimated at the preset's)
 DRY_RUN_SEQ_LEN = 128
 
@@ -45,7 +45,9 @@ class DryRunReport:
     params_total: int
     params_per_rank: int
     bytes_per_rank: int  # measured: rank 0's parameters + gradients + optimizer state
-    estimate: dict[str, float]  # training/memory.py at the preset's sequence length
+    estimate: dict[str, float]  # training/memory.py at the preset's sequence length, by term
+    estimated_state_gib: float  # the estimate's params + grads + optimizer state
+    estimated_other_gib: float  # its other terms (FSDP buffers, activations, logits, ...)
     activations_gib: float
     hbm_gib: float
     build_s: float
@@ -59,11 +61,7 @@ class DryRunReport:
     @property
     def total_gib(self) -> float:
         """Measured sharded state + the estimate's other terms."""
-        return self.measured_state_gib + sum(
-            v
-            for k, v in self.estimate.items()
-            if k not in ("params", "grads", "AdamW", "total GiB", "HBM GiB")
-        )
+        return self.measured_state_gib + self.estimated_other_gib
 
     @property
     def fits(self) -> bool:
@@ -79,7 +77,6 @@ class DryRunReport:
         return data
 
     def rows(self) -> list[dict[str, object]]:
-        est_state = sum(self.estimate[k] for k in ("params", "grads", "AdamW"))
         return [
             {"": "preset / variant", "value": f"{self.preset} / {self.variant}"},
             {"": "layers", "value": self.layers},
@@ -88,7 +85,7 @@ class DryRunReport:
             {"": "parameters, whole model", "value": self.params_total},
             {"": "parameters on rank 0", "value": self.params_per_rank},
             {"": "params+grads+AdamW, measured GiB", "value": round(self.measured_state_gib, 3)},
-            {"": "params+grads+AdamW, estimated GiB", "value": round(est_state, 3)},
+            {"": "params+grads+AdamW, estimated GiB", "value": round(self.estimated_state_gib, 3)},
             {
                 "": f"activations at seq {self.seq_len}, estimated GiB",
                 "value": round(self.activations_gib, 2),
@@ -213,6 +210,8 @@ def dry_run(
         params_per_rank=local,
         bytes_per_rank=nbytes,
         estimate=estimate.row(),
+        estimated_state_gib=estimate.sharded_state_gib,
+        estimated_other_gib=estimate.total_gib - estimate.sharded_state_gib,
         activations_gib=estimate.activations_gib,
         hbm_gib=estimate.hbm_gib,
         build_s=built - started,

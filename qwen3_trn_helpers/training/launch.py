@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, TrainingError
+from ..errors import TrainingError
 from .spec import RunSpec
 
 
@@ -56,17 +56,56 @@ def rank_environment(spec: RunSpec, device_type: str) -> dict[str, str]:
     """The environment every rank gets: this one, plus what the device needs.
 
     CPU ranks share the machine's cores: without a limit each would start a full
-    thread pool. On trn2 the logical-core size is set explicitly, because NKI kernels
-    default to LNC 1 while the compiler defaults to LNC 2 (a compile error when they
-    differ); torch-neuronx itself gives each rank its core (NEURON_RT_VISIBLE_CORES =
-    LOCAL_RANK) when the process group starts.
+    thread pool. On trn2, see :func:`neuron_rank_environment`.
     """
     env = dict(os.environ)
     if device_type == "cpu":
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // spec.nproc)))
     if device_type == "neuron":
-        env.setdefault("NEURON_LOGICAL_NC_CONFIG", "2")
+        env = neuron_rank_environment(env)
     return env
+
+
+def neuron_rank_environment(env: dict[str, str]) -> dict[str, str]:
+    """What every Neuron rank needs, for training launches and the smoke ladder alike.
+
+    - The logical-core size is set explicitly: NKI kernels default to LNC 1 while the
+      compiler defaults to LNC 2 (a compile error when they differ).
+    - NEURON_RT_VISIBLE_CORES is removed: torch-neuronx gives each rank its own core
+      (NEURON_RT_VISIBLE_CORES = LOCAL_RANK) when the process group starts, but only if
+      the variable is unset; a value such as "0-63" inherited from a shell would give
+      every rank all 64 cores and fail its one-device-per-process check.
+    """
+    env = dict(env)
+    env.setdefault("NEURON_LOGICAL_NC_CONFIG", "2")
+    visible = env.pop("NEURON_RT_VISIBLE_CORES", None)
+    if visible:
+        print(
+            f"note: NEURON_RT_VISIBLE_CORES={visible} is not passed to the ranks; "
+            "torch-neuronx gives rank i core i itself",
+            file=sys.stderr,
+        )
+    return env
+
+
+def stop_process_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
+    """Stop a child started with ``start_new_session=True`` and everything it started.
+
+    torchrun's workers (and the Neuron runtime's hold on their NeuronCores) outlive a
+    kill of torchrun alone; signalling the whole process group ends them too.
+    """
+    if proc.poll() is not None:
+        return
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def launch(
@@ -74,50 +113,64 @@ def launch(
     device_type: str,
     *,
     timeout: float | None = None,
+    progress: bool = False,
+    verbose: bool = False,
+    label: str | None = None,
     on_step: Callable[[dict[str, Any]], None] | None = None,
 ):
     """Train ``spec`` on ``spec.nproc`` ranks in child processes; rank 0's RunResult.
 
-    Each completed step reaches ``on_step`` as rank 0 writes it to metrics.jsonl, so a
-    progress bar or the training panel updates live.
+    Each completed step reaches the progress bar and ``on_step`` as rank 0 writes it to
+    metrics.jsonl, so the bar or the training panel updates live. Without ``out`` the
+    run gets a new folder under ``runs/``.
     """
-    from .metrics import read_metrics
-    from .train import RunResult, prepare_out_dir
+    from .metrics_file import keep_steps_before, read_metrics
+    from .train import RunResult, prepare_out_dir, prepare_resume_dir, step_reporter
 
-    if spec.out is None:
-        raise ConfigError("a launched run needs out: the folder every rank writes to")
-    out = prepare_out_dir(spec.out, spec.overwrite) if not spec.resume else Path(spec.out)
-    child = spec.replace(out=str(out), overwrite=True) if not spec.resume else spec
-    cmd = torchrun_command(child)
+    if spec.resume:
+        out, resumed_from = prepare_resume_dir(spec.out)
+        # rank 0 drops the steps it trains again only when it logs its first one; drop
+        # them now, so that this loop never reports the interrupted run's later steps
+        keep_steps_before(out / "metrics.jsonl", resumed_from + 1)
+        child = spec
+    else:
+        out, resumed_from = prepare_out_dir(spec.out, spec.overwrite), 0
+        child = spec.replace(out=str(out), overwrite=True)
+    cmd = torchrun_command(child) + (["--verbose"] if verbose else [])
+    desc = label or f"{spec.variant} x{spec.nproc}"
+    step_done, close_bar = step_reporter(spec.steps, desc, progress, on_step, resumed_from)
     log_path = out / "launch.log"
     with open(log_path, "w") as log:
         log.write(f"$ {shell_command(cmd)}\n")
         log.flush()
         proc = subprocess.Popen(
-            cmd, env=rank_environment(spec, device_type), stdout=log, stderr=subprocess.STDOUT
+            cmd,
+            env=rank_environment(spec, device_type),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # so that stop_process_group reaches every rank
         )
-        seen = 0
+        last_step = resumed_from
         started = time.monotonic()
         try:
             while True:
                 done = proc.poll() is not None
                 metrics = out / "metrics.jsonl"
-                if metrics.exists() and on_step is not None:
-                    records = read_metrics(metrics)
-                    for record in records[seen:]:
-                        on_step(record)
-                    seen = max(seen, len(records))
+                if metrics.exists():
+                    for record in read_metrics(metrics):
+                        if record["step"] > last_step:
+                            step_done(record)
+                            last_step = record["step"]
                 if done:
                     break
                 if timeout is not None and time.monotonic() - started > timeout:
-                    proc.kill()
                     raise TrainingError(f"{spec.nproc}-rank run passed {timeout:.0f} s; stopped")
                 time.sleep(0.2)
         except BaseException:
-            if proc.poll() is None:
-                proc.terminate()
-                proc.wait(timeout=30)
+            stop_process_group(proc)
             raise
+        finally:
+            close_bar()
     if proc.returncode != 0:
         lines = log_path.read_text().splitlines()
         errors = [ln for ln in lines if ln.startswith("error:") or "Error" in ln]

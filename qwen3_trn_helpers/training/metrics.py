@@ -20,7 +20,6 @@ On trn2 it also corrects two readings torchtitan 0.3.0 gets wrong there:
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,35 +34,7 @@ from torchtitan.components.metrics import (
     MetricsProcessor,
 )
 
-#: torchtitan metric key -> our short name.
-KEYS = {
-    "loss_metrics/global_avg_loss": "loss",
-    "grad_norm": "grad_norm",
-    "throughput(tps)": "tokens_per_s",
-    "time_metrics/end_to_end(s)": "step_time_s",
-    "tflops": "tflops",
-    "mfu(%)": "mfu_pct",
-    "memory/max_reserved(GiB)": "memory_gib",
-    "n_tokens_seen": "tokens_seen",
-}
-
-
-def to_record(step: int, metrics: dict[str, Any], with_mfu: bool = True) -> dict[str, Any]:
-    record: dict[str, Any] = {"step": step}
-    for key, name in KEYS.items():
-        if name == "mfu_pct" and not with_mfu:
-            continue
-        if key in metrics:
-            value = metrics[key]
-            if name == "tokens_seen":
-                record[name] = int(value)
-            else:  # JSON has no NaN/inf: write null so every line stays valid JSON
-                value = float(value)
-                record[name] = value if math.isfinite(value) else None
-    lrs = [v for k, v in metrics.items() if k.startswith("lr/")]
-    if lrs:
-        record["lr"] = float(lrs[0])
-    return record
+from .metrics_file import keep_steps_before, to_record
 
 
 class JsonlMetricsLogger(BaseLogger):
@@ -81,11 +52,7 @@ class JsonlMetricsLogger(BaseLogger):
         self._file = None
 
     def _open(self, first_step: int) -> None:
-        kept = read_metrics(self.path) if self.path.exists() else []
-        kept = [r for r in kept if r.get("step", 0) < first_step]
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        tmp.replace(self.path)
+        keep_steps_before(self.path, first_step)
         self._file = open(self.path, "a", encoding="utf-8")
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
@@ -103,18 +70,6 @@ class JsonlMetricsLogger(BaseLogger):
     def close(self) -> None:
         if self._file is not None and not self._file.closed:
             self._file.close()
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Every complete line of a metrics file (a torn last line is ignored)."""
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-    return records
 
 
 def neuron_memory_peaks(stats: dict[str, Any]) -> tuple[int, int]:

@@ -93,8 +93,6 @@ class CpuDeviceModule:
 
     @staticmethod
     def get_device_properties(device: Any = None) -> SimpleNamespace:
-        import os
-
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         return SimpleNamespace(name="cpu", total_memory=total)
 

@@ -23,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import AssetError
-from ..model.presets import Preset
+from ..model.presets import Preset, get_preset
 from .spec import RunSpec
 
 #: How the local "published" checkpoints are pretrained. Changing it makes new ones.
@@ -95,13 +95,31 @@ def _pretrain_into(preset: Preset, folder: Path, progress: bool) -> None:
     (folder / "qwen3_trn_recipe.json").write_text(json.dumps(recipe, indent=2))
 
 
+def pretrain_local(
+    preset_name: str, folder: str, progress: bool = True, isolate: bool | None = None
+) -> None:
+    """Pretrain ``preset_name``'s local checkpoint into ``folder`` (on the CPU).
+
+    On trn2 (a process that sees Neuron) this happens in a child process, like every
+    trainer a notebook asks for (training/isolate.py): the kernel never builds one.
+    """
+    from .isolate import call_in_child, should_isolate
+
+    if should_isolate(isolate):
+        call_in_child(
+            f"{__name__}:pretrain_local", preset_name=preset_name, folder=folder, progress=False
+        )
+        return
+    _pretrain_into(get_preset(preset_name), Path(folder), progress)
+
+
 def ensure_local_published(preset: Preset, progress: bool = True) -> Path:
     """The cached local "published" checkpoint of ``preset``, made on first use."""
     from ..assets import cached_folder
 
     return cached_folder(
         published_dir(preset),
-        lambda folder: _pretrain_into(preset, folder, progress),
+        lambda folder: pretrain_local(preset.name, str(folder), progress),
         marker="qwen3_trn_recipe.json",
     )
 

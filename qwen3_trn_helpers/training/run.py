@@ -12,7 +12,6 @@ or, for several ranks and on trn2, through torchrun in child processes.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
@@ -68,13 +67,5 @@ def run_spec(
         return train(spec, progress=progress, verbose=verbose, label=label, on_step=on_step)
 
     from .launch import launch
-    from .train import step_reporter
 
-    if spec.out is None:
-        spec = spec.replace(out=f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
-    desc = label or f"{spec.variant} x{spec.nproc}"
-    step_done, close_bar = step_reporter(spec.steps, desc, progress, on_step)
-    try:
-        return launch(spec, device, on_step=step_done)
-    finally:
-        close_bar()
+    return launch(spec, device, progress=progress, verbose=verbose, label=label, on_step=on_step)

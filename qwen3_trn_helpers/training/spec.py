@@ -14,7 +14,6 @@ Cheap to import: no torch.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -403,8 +402,3 @@ def plan_run(spec: RunSpec, *, device_type: str | None = None) -> Plan:
                 "use activation checkpointing"
             )
     return plan
-
-
-def launched_world_size() -> int:
-    """Ranks torchrun started (1 when this process was not launched by torchrun)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, RunFolderError
-from .metrics import read_metrics
+from .metrics_file import read_metrics
 from .rendezvous import rank
 from .spec import Plan, RunSpec, plan_run
 

@@ -1,0 +1,69 @@
+"""The metrics.jsonl file: one JSON line per completed training step.
+
+Kept apart from training/metrics.py (which subclasses torchtitan's MetricsProcessor and
+so imports torch) because the notebook kernel and the parent of a launched run only
+read this file, and should not pay for importing torch and torchtitan to do so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+#: torchtitan metric key -> our short name.
+KEYS = {
+    "loss_metrics/global_avg_loss": "loss",
+    "grad_norm": "grad_norm",
+    "throughput(tps)": "tokens_per_s",
+    "time_metrics/end_to_end(s)": "step_time_s",
+    "tflops": "tflops",
+    "mfu(%)": "mfu_pct",
+    "memory/max_reserved(GiB)": "memory_gib",
+    "n_tokens_seen": "tokens_seen",
+}
+
+
+def to_record(step: int, metrics: dict[str, Any], with_mfu: bool = True) -> dict[str, Any]:
+    record: dict[str, Any] = {"step": step}
+    for key, name in KEYS.items():
+        if name == "mfu_pct" and not with_mfu:
+            continue
+        if key in metrics:
+            value = metrics[key]
+            if name == "tokens_seen":
+                record[name] = int(value)
+            else:  # JSON has no NaN/inf: write null so every line stays valid JSON
+                value = float(value)
+                record[name] = value if math.isfinite(value) else None
+    lrs = [v for k, v in metrics.items() if k.startswith("lr/")]
+    if lrs:
+        record["lr"] = float(lrs[0])
+    return record
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Every complete line of a metrics file (a torn last line is ignored)."""
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+    return records
+
+
+def keep_steps_before(path: str | Path, first_step: int) -> None:
+    """Drop the lines for ``first_step`` and later, atomically.
+
+    A fresh run (first step 1) starts an empty file; a run resumed from the checkpoint
+    at step N keeps steps 1..N and does not repeat the ones it trains again.
+    """
+    path = Path(path)
+    kept = read_metrics(path) if path.exists() else []
+    kept = [r for r in kept if r.get("step", 0) < first_step]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    tmp.replace(path)
