@@ -13,6 +13,7 @@ On trn2 with real weights, the tokenizer comes from the checkpoint folder instea
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -144,11 +145,8 @@ def cached_folder(target: Path, build: Callable[[Path], object], marker: str) ->
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def check_sha256(path: Path, expected: str, what: str) -> None:
@@ -251,8 +249,24 @@ def resolve_tokenizer(source: str | Path | None) -> Path:
     return path
 
 
-def tokenizer_vocab_size(folder: Path) -> int:
-    """Tokens the tokenizer can produce (base vocabulary plus added tokens)."""
+def load_tokenizer(folder: str | Path):
+    """The ``tokenizers.Tokenizer`` in ``folder/tokenizer.json``, parsed once.
+
+    Parsing Qwen3's 151k-token vocabulary takes most of a second; planning a run, the
+    parity batch and the held-out batches all need it, so it is cached (and re-read if
+    the file changes).
+    """
+    path = Path(folder) / "tokenizer.json"
+    return _parsed_tokenizer(str(path), path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed_tokenizer(path: str, mtime_ns: int):
     from tokenizers import Tokenizer
 
-    return Tokenizer.from_file(str(Path(folder) / "tokenizer.json")).get_vocab_size()
+    return Tokenizer.from_file(path)
+
+
+def tokenizer_vocab_size(folder: Path) -> int:
+    """Tokens the tokenizer can produce (base vocabulary plus added tokens)."""
+    return load_tokenizer(folder).get_vocab_size()

@@ -168,6 +168,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .lessons.plots import save_loss_plot
     from .training.published import resolve_init
     from .training.rendezvous import launched_by_torchrun, rank, world_size
+    from .training.run import launches, run_spec
 
     spec = spec_from_args(args)
     if launched_by_torchrun():  # one of the ranks: torchrun says how many there are
@@ -175,23 +176,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
     spec.validate()
     device = resolve_device(spec.device)
     _set_offline(spec, device)
-    if spec.nproc > 1 and not launched_by_torchrun():
-        from .training.launch import launch, shell_command, torchrun_command
+    if args.verbose:
+        from torchtitan.tools.logging import init_logger
 
-        spec = resolve_init(spec, device, not args.no_progress)  # once, not once per rank
+        init_logger()
+    spec = resolve_init(spec, device, not args.no_progress)  # once, not once per rank
+    if launches(spec, device):
+        from .training.launch import shell_command, torchrun_command
+
         print(f"launching: {shell_command(torchrun_command(spec))}", flush=True)
-        result = launch(spec, device, progress=not args.no_progress, verbose=args.verbose)
-    else:
-        if args.verbose:
-            from torchtitan.tools.logging import init_logger
-
-            init_logger()
-        from .training.train import train
-
-        spec = resolve_init(spec, device, not args.no_progress)
-        result = train(spec, progress=not args.no_progress, verbose=args.verbose)
-        if rank() != 0:
-            return 0
+    result = run_spec(spec, progress=not args.no_progress, verbose=args.verbose)
+    if rank() != 0:
+        return 0
     png = save_loss_plot(
         {f"{spec.variant} / {args.init}": result.metrics},
         result.out / "loss.png",
@@ -285,13 +281,7 @@ def _cmd_assets(args: argparse.Namespace) -> int:
     corpus = embedded_corpus_path()
     print(f"tokenizer: {tok}")
     print(f"corpus:    {corpus} ({len(read_documents(corpus))} documents)")
-    if args.published:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from .model.presets import PRESETS
-        from .training.published import ensure_local_published
-
-        for name in ("tiny", "tiny_moe"):
-            print(f"published: {ensure_local_published(PRESETS[name])}")
+    # downloads first: the hub client reads HF_HUB_OFFLINE once, when it is imported
     for name in args.download or []:
         from .model.presets import get_preset
         from .training.hub import download_checkpoint
@@ -301,6 +291,13 @@ def _cmd_assets(args: argparse.Namespace) -> int:
             print(f"{name}: no published weights on the hub (use --published)")
             continue
         print(f"downloaded: {download_checkpoint(preset.hub_id)}")
+    if args.published:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from .model.presets import PRESETS
+        from .training.published import ensure_local_published
+
+        for name in ("tiny", "tiny_moe"):
+            print(f"published: {ensure_local_published(PRESETS[name])}")
     return 0
 
 

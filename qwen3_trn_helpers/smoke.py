@@ -23,6 +23,7 @@ attach it to a bug report.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -216,10 +217,9 @@ def rung_environment() -> None:
     import shutil
     from importlib import metadata, util
 
-    found = []
     missing = []
-    for module, purpose in (("triton", "torchtitan 0.3.0 imports it"),):
-        (found if util.find_spec(module) else missing).append(f"{module} ({purpose})")
+    if util.find_spec("triton") is None:
+        missing.append("triton (torchtitan 0.3.0 imports it)")
     if shutil.which("neuron-ls") is None:
         if missing:
             print(f"fail: missing {', '.join(missing)}: pip install triton")
@@ -328,9 +328,15 @@ def rung_collectives() -> None:
     loss = model(data).pow(2).mean()
     loss.backward()
     optimizer.step()
-    total = torch.tensor([loss.item()], device=device)
-    dist.all_reduce(total)
+    # the step reached every rank's shard: after it, the ranks' losses agree and are finite
+    after = model(data).pow(2).mean().detach().reshape(1)
+    gathered = [torch.zeros_like(after) for _ in range(world)]
+    dist.all_gather(gathered, after)
     dist.destroy_process_group()
+    values = [g.item() for g in gathered]
+    if not all(math.isfinite(v) and v == values[0] for v in values):
+        print(f"fail: after one FSDP2 step the ranks' losses differ or are not finite: {values}")
+        sys.exit(1)
     if rank == 0:
         print(f"ok: {world} ranks on {device_type} ({backend}): all_reduce and an FSDP2 step")
 

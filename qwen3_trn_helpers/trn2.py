@@ -58,9 +58,5 @@ class Topology:
         """
         return TFLOPS_PER_PHYSICAL_CORE * self.lnc
 
-    def chip_of(self, rank: int) -> int:
-        """The chip a rank's logical core sits on (ranks fill chip 0 first)."""
-        return rank // self.cores_per_chip
-
 
 TRN2 = Topology()

@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -29,13 +27,10 @@ def ours(steps: int, out: Path) -> list[float]:
 
 
 def torchtitan_entry_point(steps: int, out: Path) -> list[float]:
-    from qwen3_trn_helpers.training.metrics_file import read_metrics
+    from qwen3_trn_helpers.lessons.torchtitan_view import torchtitan_entry_point as launch
 
-    cmd = [sys.executable, "-m", "torchtitan.train", "--module", "qwen3_trn_helpers",
-           "--config", "qwen3_trn_tiny_native", "--training.steps", str(steps),
-           "--dump_folder", str(out)]  # fmt: skip
-    subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return [m["step_time_s"] for m in read_metrics(out / "metrics.jsonl")]
+    _, records, _ = launch("qwen3_trn_tiny_native", out, "--training.steps", str(steps))
+    return [m["step_time_s"] for m in records]
 
 
 def main() -> None:

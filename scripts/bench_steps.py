@@ -57,7 +57,6 @@ def plain_loop_steps(steps: int) -> list[float]:
 
     torch.manual_seed(0)
     config = TINY.hf_config()
-    config._attn_implementation = "sdpa"
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").train()
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=8e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1

@@ -237,3 +237,13 @@ def test_lnc_from_env(monkeypatch):
     assert lnc_from_env() == 2
     assert select_backend("auto", "neuron", 2048, 96, 256)[0] == "reference"  # I/2 = 48
     assert math.isclose(trn2_plan("native").memory(lnc=1).hbm_gib, 12)
+
+
+def test_one_rank_on_trn2_still_trains_in_a_child(monkeypatch):
+    """The Neuron runtime keeps its cores until its process exits: never the kernel's."""
+    from qwen3_trn_helpers.training.run import launches
+
+    monkeypatch.delenv("RANK", raising=False)  # not one of torchrun's ranks
+    assert launches(RunSpec(), "neuron")
+    assert not launches(RunSpec(), "cpu")
+    assert launches(RunSpec(nproc=2, out="x"), "cpu")

@@ -7,7 +7,6 @@ re-rendered after every step, so no ``clear_output`` juggling is needed.
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -23,14 +22,11 @@ from ..model.variants import VARIANTS
 def render_png(records: list[dict[str, Any]], title: str) -> bytes:
     from .plots import loss_figure
 
-    fig = loss_figure({title: records}, ln_vocab=math.log(VOCAB_SIZE), title=title)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    return loss_figure({title: records}, ln_vocab=math.log(VOCAB_SIZE), title=title)._repr_png_()
 
 
 class TrainingPanel:
-    """Widgets + the callback that trains with :func:`qwen3_trn_helpers.train.run`."""
+    """Widgets + the callback that trains with :func:`qwen3_trn_helpers.run`."""
 
     def __init__(self, out_root: str | Path = "runs/panel", run_fn: Callable | None = None):
         from ..training.run import run

@@ -38,9 +38,9 @@ class ParityReport:
 
 
 def fixed_batch(tokenizer_dir: Path, seq_len: int = 64, batch: int = 2) -> torch.Tensor:
-    from tokenizers import Tokenizer
+    from ..assets import load_tokenizer
 
-    tok = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    tok = load_tokenizer(tokenizer_dir)
     ids = tok.encode(FIXED_TEXT * (1 + seq_len // 20)).ids
     rows = [ids[i : i + seq_len] for i in range(0, batch * 7, 7)][:batch]
     return torch.tensor(rows, dtype=torch.long)

@@ -21,7 +21,6 @@ REQUIRED = {
     "ipywidgets": ("8.", "pip install -e ."),
     "tqdm": ("", "pip install -e ."),
 }
-NEURON_PACKAGE = "torch-neuronx"
 
 
 @dataclass(frozen=True)
@@ -93,13 +92,13 @@ def missing(checks: list[Check]) -> list[Check]:
     return [c for c in checks if c.required and not c.ok]
 
 
-def checks_table_html(checks: list[Check]) -> str:
-    rows = "".join(
-        f"<tr><td>{c.name}</td><td>{c.status}</td><td>{c.detail}</td><td>{c.fix}</td></tr>"
-        for c in checks
+def checks_table(checks: list[Check]):
+    """The checks as a table (HTML in Jupyter, text elsewhere)."""
+    from .tables import Table
+
+    return Table(
+        [{"check": c.name, "status": c.status, "detail": c.detail, "fix": c.fix} for c in checks]
     )
-    head = "<tr><th>check</th><th>status</th><th>detail</th><th>fix</th></tr>"
-    return f"<table>{head}{rows}</table>"
 
 
 def cpu_matmul_peak(n: int = 2048, repeats: int = 3) -> float:

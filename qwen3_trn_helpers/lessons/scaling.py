@@ -7,12 +7,12 @@ test it. Nothing pretends to compute on a NeuronCore.
 
 from __future__ import annotations
 
-from ..model.presets import PRESETS, Preset
+from ..model.presets import PRESETS
 from ..model.shapes import Qwen3Shape
 from ..model.variants import VARIANTS
 from ..training.launch import shell_command, torchrun_command
 from ..training.spec import Plan, RunSpec, plan_run
-from ..trn2 import TRN2, Topology
+from ..trn2 import DEFAULT_LNC, TRN2, Topology
 
 
 def trn2_plan(variant: str, preset: str | None = None, **params) -> Plan:
@@ -39,15 +39,12 @@ def params_and_flops_per_token(shape: Qwen3Shape, seq_len: int) -> tuple[int, in
     return config.get_nparams_and_flops(model, seq_len)
 
 
-def mfu_percent(
-    tokens_per_s_per_core: float, flops_per_token: float, topology: Topology = TRN2
-) -> float:
-    """Model FLOPs utilisation: achieved / peak BF16 FLOPs of one logical core."""
-    return 100 * tokens_per_s_per_core * flops_per_token / (topology.peak_tflops_per_core * 1e12)
-
-
 def tokens_per_s_for_mfu(mfu: float, flops_per_token: float, topology: Topology = TRN2) -> float:
     return mfu / 100 * topology.peak_tflops_per_core * 1e12 / flops_per_token
+
+
+#: what every trn2 command line starts with (the logical-core size, set explicitly)
+_LNC = f"NEURON_LOGICAL_NC_CONFIG={DEFAULT_LNC} "
 
 
 def trn2_launch_spec(variant: str = "native", init: str = "pretrained", steps: int = 10):
@@ -61,35 +58,20 @@ def trn2_launch_spec(variant: str = "native", init: str = "pretrained", steps: i
 def trn2_launch_command(variant: str = "native", init: str = "pretrained", steps: int = 10) -> str:
     """``qwen3-trn train`` for the AWS setup: it resolves the weights once, then torchrun."""
     spec = trn2_launch_spec(variant, init, steps)
-    return "NEURON_LOGICAL_NC_CONFIG=2 " + shell_command(["qwen3-trn", "train", *spec.to_argv()])
+    return _LNC + shell_command(["qwen3-trn", "train", *spec.to_argv()])
 
 
 def trn2_torchrun_command(variant: str = "native", steps: int = 10) -> str:
     """The torchrun line that command starts (for a random-init run, nothing to fetch)."""
     spec = trn2_launch_spec(variant, "random", steps)
-    return "NEURON_LOGICAL_NC_CONFIG=2 " + shell_command(torchrun_command(spec, python="python"))
+    return _LNC + shell_command(torchrun_command(spec, python="python"))
 
 
 def torchtitan_command(config: str, nproc: int = 64, *overrides: str) -> str:
     """torchtitan's own entry point on our registry, as torchtitan's docs launch it."""
     cmd = ["torchrun", f"--nproc_per_node={nproc}", "-m", "torchtitan.train",
            "--module", "qwen3_trn_helpers", "--config", config, *overrides]  # fmt: skip
-    return "NEURON_LOGICAL_NC_CONFIG=2 " + shell_command(cmd)
-
-
-def preset_rows(presets: list[Preset] | None = None) -> list[dict[str, object]]:
-    return [
-        {
-            "preset": p.name,
-            "model": p.hub_id or "-",
-            "ranks": p.world_size,
-            "layout": p.layout.describe(p.world_size),
-            "seq len": p.seq_len,
-            "activation checkpointing": p.activation_checkpoint,
-            "loss chunks": p.loss_chunks,
-        }
-        for p in (presets or list(PRESETS.values()))
-    ]
+    return _LNC + shell_command(cmd)
 
 
 def matched_corpora(folder, samples: int, seq_len: int = 256, tokenizer_dir=None):
@@ -106,12 +88,10 @@ def matched_corpora(folder, samples: int, seq_len: int = 256, tokenizer_dir=None
     import json
     from pathlib import Path
 
-    from tokenizers import Tokenizer
-
-    from ..assets import ensure_tokenizer
+    from ..assets import ensure_tokenizer, load_tokenizer
     from ..corpus import embedded_corpus_path, read_documents
 
-    tok = Tokenizer.from_file(str(Path(tokenizer_dir or ensure_tokenizer()) / "tokenizer.json"))
+    tok = load_tokenizer(tokenizer_dir or ensure_tokenizer())
     docs: list[str] = []
     for text in read_documents(embedded_corpus_path()):
         ids = tok.encode(text).ids

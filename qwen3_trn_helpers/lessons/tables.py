@@ -19,7 +19,9 @@ class Table:
 
     def __init__(self, rows: Sequence[Mapping[str, object]], columns: Sequence[str] = ()):
         self.rows = list(rows)
-        self.columns = list(columns) or (list(self.rows[0]) if self.rows else [])
+        # every key of every row, in order of first appearance: a column only some rows
+        # have (experts, for the MoE presets) is still shown
+        self.columns = list(columns) or list(dict.fromkeys(k for r in self.rows for k in r))
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{escape(c)}</th>" for c in self.columns)

@@ -35,9 +35,6 @@ from torchtitan.models.common.attention import (
     VarlenMetadata,
 )
 
-#: attention values a run accepts (RunSpec.attention)
-ATTENTION_CHOICES = ("auto", "document", "causal", "flex")
-
 
 def document_causal_mask(cu_seq: torch.Tensor, batch: int, seq_len: int) -> torch.Tensor:
     """Boolean mask [B, 1, L, L]: True where query i may attend to key j.

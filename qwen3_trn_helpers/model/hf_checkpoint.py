@@ -38,7 +38,7 @@ def make_random_hf_checkpoint(shape: Qwen3Shape, folder: str | Path, seed: int =
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(shape.hf_config()).eval()
     folder = Path(folder)
-    model.save_pretrained(folder, safe_serialization=True)
+    model.save_pretrained(folder)
     return folder
 
 

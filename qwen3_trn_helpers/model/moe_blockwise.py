@@ -15,7 +15,7 @@ How it works (the same steps nki-library's ``moe_cte`` kernel expects its caller
    (top-k > 1 sends each token to K blocks).
 
 :func:`blockwise_experts_reference` is that algorithm in PyTorch, with autograd; it runs
-everywhere. On Trainium :mod:`qwen3_trn_helpers.nki_moe` runs the NKI kernels instead.
+everywhere. On Trainium :mod:`qwen3_trn_helpers.model.nki_moe` runs the NKI kernels instead.
 :class:`BlockwiseRoutedExperts` plugs either into torchtitan's Qwen3 MoE in place of its
 ``RoutedExperts`` (token dispatcher + ``torch._grouped_mm``), keeping the parameters and
 their names, so torchtitan's init, checkpoints and HF state-dict adapter are unchanged.

@@ -72,13 +72,6 @@ class Qwen3Shape:
         embeddings = self.vocab_size * d * (1 if self.tie_embeddings else 2)
         return embeddings + self.n_layers * per_layer + d  # + the final norm
 
-    def active_parameter_count(self) -> int:
-        """Parameters one token passes through (MoE: top_k of n_experts experts)."""
-        if not self.is_moe:
-            return self.parameter_count()
-        unused = (self.n_experts - self.top_k) * 3 * self.dim * self.moe_hidden_dim
-        return self.parameter_count() - self.n_layers * unused
-
     @classmethod
     def from_hf_config(cls, path: str | Path) -> Qwen3Shape:
         """Read a Hugging Face Qwen3 ``config.json`` (a file or the folder holding it)."""

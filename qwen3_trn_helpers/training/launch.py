@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import TrainingError
+from ..trn2 import DEFAULT_LNC
 from .spec import RunSpec
 
 
@@ -48,8 +49,7 @@ def torchrun_command(spec: RunSpec, python: str | None = None) -> list[str]:
     ]
 
 
-def shell_command(cmd: list[str]) -> str:
-    return " ".join(shlex.quote(c) for c in cmd)
+shell_command = shlex.join  # the command as one line a shell runs as it is
 
 
 def rank_environment(spec: RunSpec, device_type: str) -> dict[str, str]:
@@ -77,7 +77,7 @@ def neuron_rank_environment(env: dict[str, str]) -> dict[str, str]:
       every rank all 64 cores and fail its one-device-per-process check.
     """
     env = dict(env)
-    env.setdefault("NEURON_LOGICAL_NC_CONFIG", "2")
+    env.setdefault("NEURON_LOGICAL_NC_CONFIG", str(DEFAULT_LNC))
     visible = env.pop("NEURON_RT_VISIBLE_CORES", None)
     if visible:
         print(

@@ -58,14 +58,25 @@ def run_spec(
     """:func:`run` for a spec: here for one CPU/GPU rank, else through torchrun."""
     from ..device import resolve_device
     from .published import resolve_init
-    from .rendezvous import launched_by_torchrun
     from .train import train
 
     device = resolve_device(spec.device)
     spec = resolve_init(spec, device, progress)
-    if launched_by_torchrun() or (spec.nproc == 1 and device != "neuron"):
+    if not launches(spec, device):
         return train(spec, progress=progress, verbose=verbose, label=label, on_step=on_step)
 
     from .launch import launch
 
     return launch(spec, device, progress=progress, verbose=verbose, label=label, on_step=on_step)
+
+
+def launches(spec: RunSpec, device_type: str) -> bool:
+    """Whether a run goes through torchrun rather than training in this process.
+
+    Several ranks always do; on trn2 one rank does too, so that the Neuron runtime
+    starts (and keeps its NeuronCores) in a child, never in a long-lived notebook
+    kernel. A process torchrun started trains in place.
+    """
+    from .rendezvous import launched_by_torchrun
+
+    return not launched_by_torchrun() and (spec.nproc > 1 or device_type == "neuron")

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..device import DEVICE_TYPES
 from ..errors import ConfigError
 from ..model.presets import PRESETS, Layout, Preset, get_preset
 from ..model.shapes import Qwen3Shape
 from ..model.variants import VARIANTS, get_variant
 
-DEVICES = ("auto", "neuron", "cuda", "cpu")
 ATTENTION = ("auto", "document", "causal", "flex")
 MOE_IMPLS = ("blockwise", "grouped_mm")
 PRECISIONS = ("bfloat16", "float32")
@@ -70,7 +70,7 @@ class RunSpec:
     warmup_steps: int = _param(2, "learning-rate warmup steps", non_negative=True)
     seed: int = _param(0, "random seed (initialisation and data order)")
     device: str = _param(
-        "auto", "where to train (auto: neuron, else cuda, else cpu)", choices=DEVICES
+        "auto", "where to train (auto: neuron, else cuda, else cpu)", choices=DEVICE_TYPES
     )
     nproc: int = _param(
         1,
