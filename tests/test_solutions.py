@@ -46,6 +46,7 @@ def test_s02_three_variants(tmp_path, tiny_hf_checkpoint):
     times = s02.exercise_2(tmp_path)
     assert times["padding"] == pytest.approx(1 - 512 / 960)
     assert times["blockwise"] > 0 and times["grouped_mm"] > 0
+    assert times["padding_flops_share"] < 0.01  # why the two barely differ at this size
     assert s02.exercise_3() == 5
 
 

@@ -154,7 +154,7 @@ def memory_figure(estimates: dict, measured: dict | None = None):
     """
     from .plots import NotebookFigure
 
-    fig = NotebookFigure(figsize=(7.5, 4.2), dpi=110, layout="constrained")
+    fig = NotebookFigure(figsize=(9, 4.2), dpi=110, layout="constrained")
     ax = fig.add_subplot()
     labels = list(estimates)
     bottoms = [0.0] * len(labels)
@@ -174,5 +174,6 @@ def memory_figure(estimates: dict, measured: dict | None = None):
                     if i == 0 else None)  # fmt: skip
     ax.set_ylabel("GiB per logical NeuronCore")
     ax.set_title("Memory per core on a trn2.48xlarge (estimate; measured where marked)")
-    ax.legend(fontsize="x-small", loc="upper left")
+    ax.set_ylim(0, max(max(bottoms), hbm) * 1.08)
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig

@@ -118,7 +118,8 @@ def measure_rank_state(trainer) -> tuple[int, int, int, list[dict[str, Any]]]:
             if len(shards) < 6 and ("layers.0." in name or "tok_embeddings" in name):
                 shards.append(
                     {
-                        "parameter": name,
+                        # the activation-checkpoint wrapper's level adds nothing here
+                        "parameter": name.replace("_checkpoint_wrapped_module.", ""),
                         "global shape": tuple(p.shape),
                         "placements": str(getattr(p, "placements", "-")),
                         "local shape": tuple(data.shape),

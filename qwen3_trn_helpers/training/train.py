@@ -138,20 +138,28 @@ def quiet_torchtitan(verbose: bool) -> Iterator[None]:
     import logging
     import warnings
 
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
+    # the root logger (torchtitan's), and DTensor's advice on flattening TP x FSDP
+    # gradient-norm reductions, which torchtitan's clipping triggers at every step
+    loggers = [logging.getLogger(), logging.getLogger("torch.distributed.tensor._redistribute")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             for message in (
                 "DTensor random operators",
+                r"DTensor manual_seed\(\) may not have complete support on cpu",
                 "'set_vital' is deprecated",
                 "In CPU autocast, but the target dtype is not supported",
+                # torch's own FSDP2 still calls these; nothing for a user to change
+                r"`torch.distributed.(reduce_scatter_tensor|all_gather_into_tensor)` is "
+                "deprecated",
             ):
                 warnings.filterwarnings("ignore", message=message)
             yield
     finally:
-        root.setLevel(level)
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
 
 
 def step_reporter(

@@ -203,6 +203,8 @@ def trainer_config(
             interval=spec.checkpoint_interval or 10**9,
             initial_load_path=init_dir,
             initial_load_in_hf=init_dir is not None,
+            # torchtitan's default (True) warns on every run without an initial load
+            initial_load_model_only=init_dir is not None,
             last_save_model_only=spec.export_hf,
             last_save_in_hf=spec.export_hf,
         ),
