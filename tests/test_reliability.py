@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -85,11 +86,11 @@ def test_launched_resume_reports_each_retrained_step_once(tmp_path):
     """2 ranks: the parent follows metrics.jsonl; the interrupted run's later lines
     (steps after the checkpoint) must not reach the progress bar or on_step."""
     out = tmp_path / "two"
-    first = run(steps=4, nproc=2, checkpoint_interval=2, out=str(out), progress=False)
+    fast = {"steps": 4, "nproc": 2, "checkpoint_interval": 2, "seq_len": 64, "out": str(out)}
+    first = run(**fast, progress=False)
     shutil.rmtree(out / "checkpoint" / "step-4")  # as if stopped after step 4's line
     seen = []
-    resumed = run(steps=4, nproc=2, checkpoint_interval=2, out=str(out), resume=True,
-                  progress=False, on_step=seen.append)  # fmt: skip
+    resumed = run(**fast, resume=True, progress=False, on_step=seen.append)
     assert [r["step"] for r in seen] == [3, 4]
     assert [r["step"] for r in resumed.metrics] == [1, 2, 3, 4]
     assert resumed.losses == pytest.approx(first.losses, abs=1e-5)
@@ -135,3 +136,26 @@ def test_cpu_requested_on_a_host_with_an_accelerator_trains_on_the_cpu(tmp_path,
     assert result.plan.device_type == "cpu" and len(result.losses) == 1
     manifest = json.loads((tmp_path / "c" / "run.json").read_text())
     assert manifest["resolved"]["device"] == "cpu"
+
+
+def test_stopping_a_launch_stops_the_workers_too():
+    """torchrun's workers hold NeuronCores on trn2: a stopped launch must end them all."""
+    from qwen3_trn_helpers.training.launch import stop_process_group
+
+    proc = subprocess.Popen(
+        ["bash", "-c", "sleep 300 & echo $!; wait"],  # a launcher with one worker
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    worker = int(proc.stdout.readline())
+    stop_process_group(proc, grace_s=5)
+    assert proc.poll() is not None
+    stat = Path(f"/proc/{worker}/stat")
+    for _ in range(50):  # gone, or dead and waiting to be reaped (state Z)
+        try:
+            if stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        except FileNotFoundError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the launcher's worker outlived stop_process_group")

@@ -153,6 +153,17 @@ def test_launch_commands_for_trn2():
     assert added <= {"NEURON_LOGICAL_NC_CONFIG"}
 
 
+def test_ranks_never_inherit_visible_cores(monkeypatch, capsys):
+    """torch-neuronx sets NEURON_RT_VISIBLE_CORES = LOCAL_RANK only when it is unset."""
+    from qwen3_trn_helpers.training.launch import rank_environment
+
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0-63")
+    env = rank_environment(RunSpec(nproc=64, out="x"), "neuron")
+    assert "NEURON_RT_VISIBLE_CORES" not in env
+    assert "NEURON_RT_VISIBLE_CORES=0-63 is not passed" in capsys.readouterr().err
+    assert rank_environment(RunSpec(nproc=2, out="x"), "cpu")["NEURON_RT_VISIBLE_CORES"]
+
+
 class _RuntimeStarted(AssertionError):
     pass
 
