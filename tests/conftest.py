@@ -5,6 +5,17 @@ from __future__ import annotations
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def _release_memory_after_each_test():
+    """Each xdist worker runs dozens of trainings, HF models and parity checks in one
+    process; without trimming, freed memory stays mapped and a worker reaches ~11 GiB
+    (one was killed for memory on a 24 GiB machine). See release_freed_memory."""
+    yield
+    from qwen3_trn_helpers.training.train import release_freed_memory
+
+    release_freed_memory()
+
+
 @pytest.fixture(scope="session")
 def tokenizer_dir():
     from qwen3_trn_helpers.assets import ensure_tokenizer

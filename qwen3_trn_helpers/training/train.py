@@ -162,6 +162,28 @@ def quiet_torchtitan(verbose: bool) -> Iterator[None]:
             lg.setLevel(level)
 
 
+def release_freed_memory() -> None:
+    """Give the memory a finished run freed back to the operating system (glibc only).
+
+    A run frees its model, gradients and optimizer state, but glibc keeps freed heap
+    pages mapped for reuse, fragmented across threads' arenas: a notebook kernel or
+    test worker that trains again and again grows by hundreds of MiB a run (measured:
+    4.1 GiB after tests/test_variants.py, 1.0 GiB with a trim after each test) and can
+    be killed for memory it does not use. ``malloc_trim`` returns those pages.
+    """
+    import ctypes
+    import gc
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl): nothing to trim this way
+        pass
+
+
 def step_reporter(
     steps: int,
     desc: str,
@@ -242,6 +264,8 @@ def train(
                 trainer.train()
             finally:
                 trainer.close()
+                del trainer
+                release_freed_memory()
     except KeyboardInterrupt:
         result.status = "interrupted"
         raise
