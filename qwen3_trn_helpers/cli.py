@@ -15,11 +15,12 @@ from collections.abc import Sequence
 from dataclasses import MISSING, fields
 from typing import Any
 
-from .errors import Qwen3TrnError
+from .errors import Qwen3TrnError, Terminated, terminate_on_sigterm
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports it
 
 
 class _Parser(argparse.ArgumentParser):
@@ -167,12 +168,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .device import resolve_device
     from .lessons.plots import save_loss_plot
     from .training.published import resolve_init
-    from .training.rendezvous import launched_by_torchrun, rank, world_size
+    from .training.rendezvous import launched_by_torchrun, rank, ranks_per_node, world_size
     from .training.run import launches, run_spec
 
     spec = spec_from_args(args)
     if launched_by_torchrun():  # one of the ranks: torchrun says how many there are
-        spec = spec.replace(nproc=world_size())
+        per_node = ranks_per_node()
+        spec = spec.replace(nproc=per_node, nnodes=world_size() // per_node)
     spec.validate()
     device = resolve_device(spec.device)
     _set_offline(spec, device)
@@ -188,17 +190,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
     result = run_spec(spec, progress=not args.no_progress, verbose=args.verbose)
     if rank() != 0:
         return 0
-    png = save_loss_plot(
-        {f"{spec.variant} / {args.init}": result.metrics},
-        result.out / "loss.png",
-        title=f"Qwen3 {spec.variant}, {spec.preset or 'default preset'}",
-    )
+    if not result.metrics:  # a node of several without the shared folder rank 0 wrote
+        print(f"this node's ranks finished; rank 0's node wrote the metrics to {result.out}")
+        return 0
     first, last = result.losses[0], result.losses[-1]
     print(
         f"steps: {len(result.metrics)}  loss: {first:.3f} -> {last:.3f}  wall: {result.wall_s:.1f}s"
     )
     print(f"metrics: {result.metrics_path}")
-    print(f"plot:    {png}")
+    if result.writer:  # on several nodes sharing --out: only rank 0's node
+        png = save_loss_plot(
+            {f"{spec.variant} / {args.init}": result.metrics},
+            result.out / "loss.png",
+            title=f"Qwen3 {spec.variant}, {spec.preset or 'default preset'}",
+        )
+        print(f"plot:    {png}")
     return 0
 
 
@@ -323,15 +329,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        with terminate_on_sigterm():  # SIGTERM ends a run as Ctrl-C does, children too
+            return COMMANDS[args.command](args)
     except Qwen3TrnError as e:
         if args.debug:
             raise
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:
-        print("interrupted: every completed step is in metrics.jsonl", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:
+        what = "terminated" if isinstance(e, Terminated) else "interrupted"
+        print(f"{what}: every completed step is in metrics.jsonl", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
     except Exception as e:  # a bug or an environment problem we did not foresee
         if args.debug:
             raise

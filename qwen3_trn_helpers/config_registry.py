@@ -21,7 +21,7 @@ same ``Trainer.Config`` (training/trainer.py): the same patches, and the same
 
 from __future__ import annotations
 
-from .training.rendezvous import world_size
+from .training.rendezvous import ranks_per_node, world_size
 from .training.spec import RunSpec, plan_run
 
 
@@ -29,7 +29,14 @@ def build_config(variant: str, preset: str, dump_folder: str = "./outputs"):
     """``Trainer.Config`` for a variant and preset on the ranks torchrun started."""
     from .training.trainer import trainer_config
 
-    spec = RunSpec(variant=variant, preset=preset, nproc=world_size(), out=dump_folder)
+    per_node = ranks_per_node()  # torchrun across nodes: HSDP, as `qwen3-trn train`
+    spec = RunSpec(
+        variant=variant,
+        preset=preset,
+        nproc=per_node,
+        nnodes=world_size() // per_node,
+        out=dump_folder,
+    )
     return trainer_config(plan_run(spec), dump_folder)
 
 

@@ -8,6 +8,9 @@ and what to do about it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class Qwen3TrnError(Exception):
     """Base class: a problem with the user's input or environment, not a bug."""
@@ -47,3 +50,31 @@ class NonFiniteLoss(TrainingError):
             step=step,
         )
         self.value = value
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, Slurm's ``scancel``, Kubernetes) arrived: stop as Ctrl-C does.
+
+    A KeyboardInterrupt, so that every place that ends a run's processes and records
+    what finished on Ctrl-C does the same for SIGTERM; run.json then says "terminated".
+    """
+
+
+@contextmanager
+def terminate_on_sigterm() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` in the main thread while inside (else nothing)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

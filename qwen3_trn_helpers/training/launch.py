@@ -16,36 +16,57 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from ..errors import TrainingError
+from ..errors import ConfigError, TrainingError
 from ..trn2 import DEFAULT_LNC
+from .rendezvous import check_endpoint_reachable_by_all, nodes_joined
 from .spec import RunSpec
 
 
 def torchrun_command(spec: RunSpec, python: str | None = None) -> list[str]:
-    """The exact command: torchrun (``python -m torch.distributed.run``) on one node.
+    """The exact command: torchrun (``python -m torch.distributed.run``) for this node.
 
-    The rank count is torchrun's ``--nproc-per-node``; each rank reads it back from
-    WORLD_SIZE. (Passing ``--nproc`` on would not even parse: torchrun's argparse takes
-    it for an abbreviation of its own ``--nproc-per-node``.)
+    One node: torchrun's ``--standalone``. Several: its c10d rendezvous at
+    ``rdzv_endpoint``, the same command on every node, which torchrun numbers as they
+    join. The rank counts are torchrun's; each rank reads them back from WORLD_SIZE and
+    LOCAL_WORLD_SIZE. (Passing ``--nproc`` on would not even parse: torchrun's argparse
+    takes it for an abbreviation of its own ``--nproc-per-node``.)
     """
+    if spec.nnodes > 1:
+        if spec.rdzv_endpoint is None:
+            raise ConfigError(
+                f"a job on {spec.nnodes} nodes needs --rdzv-endpoint HOST:PORT, the same on "
+                "every node: an address of one of them (the first) that the others reach"
+            )
+        where = [
+            f"--nnodes={spec.nnodes}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={spec.rdzv_endpoint}",
+            f"--rdzv-conf=join_timeout={spec.rdzv_timeout}",
+        ]
+    else:
+        where = ["--standalone", "--nnodes=1"]
+    rank_spec = spec.replace(
+        nproc=1, nnodes=1, rdzv_endpoint=None, rdzv_timeout=RunSpec.rdzv_timeout
+    )  # what torchrun tells each rank itself
     return [
         python or sys.executable,
         "-m",
         "torch.distributed.run",
-        "--standalone",
-        "--nnodes=1",
+        *where,
         f"--nproc-per-node={spec.nproc}",
         "-m",
         "qwen3_trn_helpers",
         "train",
         "--no-progress",
-        *spec.replace(nproc=1).to_argv(),
+        *rank_spec.to_argv(),
     ]
 
 
@@ -127,19 +148,32 @@ def launch(
     from .metrics_file import keep_steps_before, read_metrics
     from .train import RunResult, prepare_out_dir, prepare_resume_dir, step_reporter
 
+    multinode = spec.nnodes > 1
+    if multinode:
+        torchrun_command(spec)  # the endpoint is there
+        check_endpoint_reachable_by_all(spec.rdzv_endpoint)
     if spec.resume:
         out, resumed_from = prepare_resume_dir(spec.out)
-        # rank 0 drops the steps it trains again only when it logs its first one; drop
-        # them now, so that this loop never reports the interrupted run's later steps
-        keep_steps_before(out / "metrics.jsonl", resumed_from + 1)
+        if not multinode:  # (several nodes: rank 0 does it, once, not every node)
+            # rank 0 drops the steps it trains again only when it logs its first one;
+            # drop them now, so that this loop never reports the later steps
+            keep_steps_before(out / "metrics.jsonl", resumed_from + 1)
         child = spec
+    elif multinode:
+        # Every node may be given the same folder on shared storage: the job's rank 0
+        # alone decides whether it may be used (and clears it for --overwrite), so no
+        # node refuses a folder because another node of this job got there first.
+        out, resumed_from, child = Path(spec.out), 0, spec
+        out.mkdir(parents=True, exist_ok=True)
     else:
         out, resumed_from = prepare_out_dir(spec.out, spec.overwrite), 0
         child = spec.replace(out=str(out), overwrite=True)
     cmd = torchrun_command(child) + (["--verbose"] if verbose else [])
-    desc = label or f"{spec.variant} x{spec.nproc}"
+    desc = label or f"{spec.variant} x{spec.world}"
     step_done, close_bar = step_reporter(spec.steps, desc, progress, on_step, resumed_from)
-    log_path = out / "launch.log"
+    # one log per node: on shared storage the nodes' logs sit side by side
+    node_log = f"launch-{socket.gethostname()}-{os.getpid()}.log"
+    log_path = out / (node_log if multinode else "launch.log")
     with open(log_path, "w") as log:
         log.write(f"$ {shell_command(cmd)}\n")
         log.flush()
@@ -152,9 +186,12 @@ def launch(
         )
         last_step = resumed_from
         started = time.monotonic()
+        joined, polled = None, 0.0
         try:
             while True:
                 done = proc.poll() is not None
+                if multinode and last_step == resumed_from and time.monotonic() - polled > 2:
+                    joined, polled = nodes_joined(spec.rdzv_endpoint) or joined, time.monotonic()
                 metrics = out / "metrics.jsonl"
                 if metrics.exists():
                     for record in read_metrics(metrics):
@@ -164,7 +201,7 @@ def launch(
                 if done:
                     break
                 if timeout is not None and time.monotonic() - started > timeout:
-                    raise TrainingError(f"{spec.nproc}-rank run passed {timeout:.0f} s; stopped")
+                    raise TrainingError(f"{spec.world}-rank run passed {timeout:.0f} s; stopped")
                 time.sleep(0.2)
         except BaseException:
             stop_process_group(proc)
@@ -172,8 +209,34 @@ def launch(
         finally:
             close_bar()
     if proc.returncode != 0:
-        lines = log_path.read_text().splitlines()
-        errors = [ln for ln in lines if ln.startswith("error:") or "Error" in ln]
+        text = log_path.read_text()
+        if multinode and "RendezvousTimeoutError" in text:
+            raise TrainingError(missing_nodes_message(spec, joined))
+        if multinode and "RendezvousConnectionError" in text:
+            raise TrainingError(missing_nodes_message(spec, None))
+        lines = text.splitlines()
+        errors = [ln for ln in lines if ln.startswith("error:")]
+        errors = errors or [ln for ln in lines if "Error" in ln]
         last = errors[-1].strip() if errors else f"exit status {proc.returncode}"
-        raise TrainingError(f"{spec.nproc}-rank run failed: {last} (full log: {log_path})")
-    return RunResult.from_folder(out)
+        raise TrainingError(f"{spec.world}-rank run failed: {last} (full log: {log_path})")
+    if not (out / "run.json").exists():  # rank 0 ran on another node, without shared storage
+        return RunResult(out=out, spec=spec, status="completed", writer=False)
+    result = RunResult.from_folder(out)
+    # the node whose torchrun started rank 0 writes the plot; the others only report
+    result.writer = not multinode or result.agent == (socket.gethostname(), proc.pid)
+    return result
+
+
+def missing_nodes_message(spec: RunSpec, joined: int | None) -> str:
+    """What a user reads when the nodes never all met: where, how many came, the fix."""
+    seen = (
+        f"nothing answered at {spec.rdzv_endpoint}"
+        if not joined
+        else f"{joined} of {spec.nnodes} nodes joined"
+    )
+    return (
+        f"the job's {spec.nnodes} nodes did not all join the rendezvous at "
+        f"{spec.rdzv_endpoint} within {spec.rdzv_timeout} s ({seen}): start the same "
+        "command on every node, check that each reaches that address and port (a "
+        "firewall or security group may block it), or raise --rdzv-timeout"
+    )

@@ -79,4 +79,4 @@ def launches(spec: RunSpec, device_type: str) -> bool:
     """
     from .rendezvous import launched_by_torchrun
 
-    return not launched_by_torchrun() and (spec.nproc > 1 or device_type == "neuron")
+    return not launched_by_torchrun() and (spec.world > 1 or device_type == "neuron")

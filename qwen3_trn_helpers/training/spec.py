@@ -74,8 +74,22 @@ class RunSpec:
     )
     nproc: int = _param(
         1,
-        "ranks to launch through torchrun (trn2: 64, one per logical NeuronCore)",
+        "ranks to launch through torchrun on each node (trn2: 64, one per logical NeuronCore)",
         positive=True,
+    )
+    nnodes: int = _param(
+        1,
+        "nodes (machines) in the job, each running this same command; the world is "
+        "nnodes x nproc ranks (torchrun's --nnodes)",
+        positive=True,
+    )
+    rdzv_endpoint: str | None = _param(
+        None,
+        "HOST:PORT where the nodes meet (torchrun's c10d rendezvous), the same on every "
+        "node: an address of one node that the others reach, never a loopback address",
+    )
+    rdzv_timeout: int = _param(
+        600, "seconds to wait for every node to join the rendezvous", positive=True
     )
     attention: str = _param(
         "auto",
@@ -144,11 +158,18 @@ class RunSpec:
             )
         if self.resume and self.overwrite:
             raise ConfigError("resume continues the run in --out; overwrite would delete it")
-        if self.nproc > 1 and self.out is None:
+        if self.world > 1 and self.out is None:
             raise ConfigError(
-                f"a {self.nproc}-rank run needs --out: every rank must write to one folder"
+                f"a {self.world}-rank run needs --out: every rank must write to one folder"
             )
+        if self.rdzv_endpoint is not None:
+            split_endpoint(self.rdzv_endpoint)
         return self
+
+    @property
+    def world(self) -> int:
+        """Ranks in the whole job: every node's ``nproc``."""
+        return self.nnodes * self.nproc
 
     def to_argv(self) -> list[str]:
         """``qwen3-trn train`` flags that rebuild this spec (defaults left out)."""
@@ -209,6 +230,54 @@ class RunSpec:
         )
 
 
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` too) as (host, port), or a ConfigError naming the form."""
+    host, sep, port = endpoint.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            f"rdzv_endpoint must be HOST:PORT (for example 10.0.0.5:29500), got {endpoint!r}"
+        )
+    return host, int(port)
+
+
+def replicas_for(preset: Preset, nnodes: int) -> int:
+    """Replicas of the model across nodes (HSDP), the trn2 rule for several nodes.
+
+    A full-size preset's layout fills one trn2.48xlarge (TP inside a chip, FSDP over
+    the node's 64 cores, on NeuronLink). Across nodes the link is EFA, several times
+    slower, so each node keeps one whole sharded copy and the nodes only all-reduce
+    gradients once a step: data_parallel_replicate = nnodes. Each rank then holds what
+    it holds on one node. A small preset has no node-sized layout: its ranks shard one
+    copy over the whole world (FSDP), exactly as the same ranks on one node would.
+    """
+    return nnodes if preset.full_size and nnodes > 1 else 1
+
+
+def layout_reason(preset: Preset, nnodes: int) -> str:
+    """One sentence: why this layout on this many nodes (the plan's "why")."""
+    if replicas_for(preset, nnodes) == 1:
+        if nnodes == 1:
+            return "one node: the preset's own layout"
+        return (
+            f"{preset.name} has no per-node layout: FSDP over all ranks, as on one node "
+            "with as many ranks"
+        )
+    why = (
+        f"HSDP: {nnodes} replicas across nodes (gradients all-reduced over EFA once a "
+        "step), the one-node layout inside each node (NeuronLink); each rank holds what "
+        "it holds on one node"
+    )
+    if preset.shape.is_moe:
+        why += (
+            "; not expert parallelism: torchtitan 0.3.0's EP dispatches tokens with "
+            "all-to-all in every MoE layer (over EFA, across nodes) and runs its own "
+            "grouped experts, not the NKI blockwise kernel, and FSDP over one node "
+            "already fits the 128 experts"
+        )
+    return why
+
+
 @dataclass(frozen=True)
 class Plan:
     """A spec resolved against a machine: device, preset, layout, files. Nothing built."""
@@ -220,6 +289,7 @@ class Plan:
     shape: Qwen3Shape
     seq_len: int
     tp: int
+    dp_replicate: int  # HSDP replicas across nodes (1: plain FSDP)
     attention: str
     corpus: str
     lr: float
@@ -232,12 +302,21 @@ class Plan:
         return get_variant(self.spec.variant)
 
     @property
+    def nnodes(self) -> int:
+        return self.spec.nnodes
+
+    @property
     def fsdp(self) -> int:
-        return max(self.world_size // self.tp, 1)
+        return max(self.world_size // (self.tp * self.dp_replicate), 1)
 
     @property
     def layout(self) -> str:
-        return self.preset.layout.__class__(tp=self.tp).describe(self.world_size)
+        inner = Layout(tp=self.tp).describe(self.world_size // self.dp_replicate)
+        return inner if self.dp_replicate == 1 else f"HSDP {self.dp_replicate} x ({inner})"
+
+    @property
+    def layout_reason(self) -> str:
+        return layout_reason(self.preset, self.nnodes)
 
     @property
     def activation_checkpoint(self) -> str:
@@ -264,7 +343,7 @@ class Plan:
         on_neuron = self.device_type == "neuron"
         return estimate_memory(
             self.shape,
-            world=self.world_size,
+            world=self.world_size // self.dp_replicate,  # each replica shards one copy
             tp=self.tp,
             seq_len=self.seq_len,
             local_batch=self.spec.local_batch_size,
@@ -282,6 +361,7 @@ class Plan:
             "preset": self.preset.name,
             "device": self.device_type,
             "ranks": self.world_size,
+            "nodes": self.nnodes,
             "layout": self.layout,
             "seq len": self.seq_len,
             "local batch": self.spec.local_batch_size,
@@ -333,8 +413,9 @@ def plan_run(spec: RunSpec, *, device_type: str | None = None) -> Plan:
             f"seq_len {seq_len} is beyond the model's context of {shape.max_seq_len} "
             f"tokens ({source}); use a shorter --seq-len"
         )
-    world = spec.nproc
-    tp = preset.layout.tp if world % preset.layout.tp == 0 else 1
+    world = spec.world
+    replicas = replicas_for(preset, spec.nnodes)
+    tp = preset.layout.tp if (world // replicas) % preset.layout.tp == 0 else 1
     if shape.n_heads % tp or shape.n_kv_heads % tp:
         raise ConfigError(
             f"tensor parallel degree {tp} must divide the {shape.n_heads} query and "
@@ -380,6 +461,7 @@ def plan_run(spec: RunSpec, *, device_type: str | None = None) -> Plan:
         shape=shape,
         seq_len=seq_len,
         tp=tp,
+        dp_replicate=replicas,
         attention=attention,
         corpus=corpus,
         lr=spec.lr or preset.lr,
@@ -396,7 +478,7 @@ def plan_run(spec: RunSpec, *, device_type: str | None = None) -> Plan:
                 f"{memory.hbm_gib:.0f} GiB: launch it on {preset.world_size} ranks "
                 f"(--nproc {preset.world_size}, as reproduce does), or train a smaller "
                 "preset in this process"
-                if preset.world_size > world
+                if preset.world_size > world // replicas
                 else f"preset {preset.name!r} needs about {memory.total_gib:.1f} GiB per "
                 f"NeuronCore, more than its {memory.hbm_gib:.0f} GiB: shorten --seq-len or "
                 "use activation checkpointing"

@@ -9,8 +9,10 @@ It plans the run, prepares the run folder, writes ``run.json``, builds the train
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,9 +20,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, RunFolderError
+from ..errors import ConfigError, RunFolderError, Terminated
 from .metrics_file import read_metrics
-from .rendezvous import rank
+from .rendezvous import launched_by_torchrun, rank
 from .spec import Plan, RunSpec, plan_run
 
 #: what a run writes into its folder (a new run with --overwrite removes them all)
@@ -36,6 +38,11 @@ class RunResult:
     status: str = "completed"
     wall_s: float = 0.0
     plan: Plan | None = None
+    #: (host, pid) of the torchrun agent that started rank 0 (None: not launched)
+    agent: tuple[str, int] | None = None
+    #: whether this process writes the run's own files (loss.png); on several nodes,
+    #: only the one whose torchrun started rank 0
+    writer: bool = True
 
     @property
     def metrics_path(self) -> Path:
@@ -57,6 +64,7 @@ class RunResult:
             metrics=metrics,
             status=info["status"],
             wall_s=info.get("wall_s", 0.0),
+            agent=tuple(info["agent"]) if info.get("agent") else None,
         )
 
 
@@ -227,6 +235,7 @@ def train(
     from .trainer import build_trainer
 
     rank0 = rank() == 0
+    launched = launched_by_torchrun()
     resumed_from = 0
     if not rank0:
         out = Path(spec.out or "runs/_nonzero_rank")
@@ -244,6 +253,9 @@ def train(
                 "resolved": plan.summary(),
                 "shape": asdict(plan.shape),
                 "init_dir": str(plan.init_dir) if plan.init_dir else None,
+                "layout_reason": plan.layout_reason,
+                # the torchrun agent that started this rank: its node writes loss.png
+                "agent": [socket.gethostname(), os.getppid()] if launched else None,
                 **extra,
             }
             (out / "run.json").write_text(json.dumps(info, indent=2))
@@ -266,8 +278,8 @@ def train(
                 trainer.close()
                 del trainer
                 release_freed_memory()
-    except KeyboardInterrupt:
-        result.status = "interrupted"
+    except KeyboardInterrupt as e:
+        result.status = "terminated" if isinstance(e, Terminated) else "interrupted"
         raise
     except BaseException:
         result.status = "failed"

@@ -75,6 +75,15 @@ class _RunScope:
             self._teardown()
             raise
 
+    def init_distributed(self):
+        """torchtitan's process group, then: every rank runs the same software."""
+        from .rendezvous import check_same_versions
+
+        parallel_dims = super().init_distributed()  # type: ignore[misc]
+        if self.config.comm.mode == "default":  # type: ignore[attr-defined]
+            check_same_versions()
+        return parallel_dims
+
     def forward_backward_step(self, **kwargs: Any) -> torch.Tensor:
         loss = super().forward_backward_step(**kwargs)  # type: ignore[misc]
         self._local_losses.append(loss.detach())
@@ -196,7 +205,10 @@ def trainer_config(
             steps=spec.steps,
             mixed_precision_param=spec.mixed_precision,
         ),
-        parallelism=ParallelismConfig(tensor_parallel_degree=plan.tp),
+        parallelism=ParallelismConfig(
+            data_parallel_replicate_degree=plan.dp_replicate,  # HSDP across nodes
+            tensor_parallel_degree=plan.tp,
+        ),
         checkpoint=CheckpointManager.Config(
             enable=bool(init_dir or saves),
             load_only=not saves,
