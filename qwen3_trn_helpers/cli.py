@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="build a trn2 preset at its real size on 64 simulated ranks (torchtitan's fake "
         "backend) on this CPU, one step: parameters and memory per rank",
     )
-    add_spec_arguments(dry, ("variant", "preset", "seq_len", "nproc", "moe_impl"))
+    add_spec_arguments(dry, ("variant", "preset", "seq_len", "nproc", "nnodes", "moe_impl"))
     dry.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     dry.add_argument(
         "--layers",
@@ -145,6 +145,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-full-size", action="store_true", help="skip the 64-rank Qwen3-4B rung (minutes)"
     )
     smoke.add_argument("--rung", action="append", help="climb only this rung (repeatable)")
+
+    slurm = sub.add_parser(
+        "slurm",
+        parents=[debug],
+        help="print a Slurm batch script that trains on --nnodes nodes (any train flag)",
+    )
+    add_spec_arguments(slurm)
+    k8s = sub.add_parser(
+        "k8s",
+        parents=[debug],
+        help="print a Kubeflow PyTorchJob (YAML) that trains on --nnodes pods (any train flag)",
+    )
+    add_spec_arguments(k8s)
+    k8s.add_argument(
+        "--image", required=True, help="container image with this package and its stack"
+    )
+    k8s.add_argument("--name", default=None, help="the job's name (default: qwen3-trn-VARIANT)")
 
     sub.add_parser("doctor", parents=[debug], help="what this machine offers for training")
     assets = sub.add_parser(
@@ -252,6 +269,37 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
     return 0 if report.fits else EXIT_FAILED
 
 
+def _job_spec(args: argparse.Namespace):
+    """The spec a job file runs, planned for the nodes it will run on (checks included)."""
+    from .device import resolve_device
+    from .training.spec import plan_run
+
+    spec = spec_from_args(args).validate()
+    target = resolve_device(spec.device) if spec.device == "auto" else spec.device
+    # every input checked as the nodes will see it (preset, layout, memory), here
+    plan_run(spec, device_type=target)
+    return spec, target == "neuron"
+
+
+def _cmd_slurm(args: argparse.Namespace) -> int:
+    from .training.schedulers import slurm_script
+
+    spec, on_trn2 = _job_spec(args)
+    print(slurm_script(spec, on_trn2=on_trn2), end="")
+    return 0
+
+
+def _cmd_k8s(args: argparse.Namespace) -> int:
+    import yaml
+
+    from .training.schedulers import pytorchjob_manifest
+
+    spec, on_trn2 = _job_spec(args)
+    manifest = pytorchjob_manifest(spec, on_trn2=on_trn2, image=args.image, name=args.name)
+    print(yaml.safe_dump(manifest, sort_keys=False), end="")
+    return 0
+
+
 def _cmd_smoke(args: argparse.Namespace) -> int:
     import json
 
@@ -313,6 +361,8 @@ COMMANDS = {
     "parity": _cmd_parity,
     "dry-run": _cmd_dry_run,
     "smoke": _cmd_smoke,
+    "slurm": _cmd_slurm,
+    "k8s": _cmd_k8s,
     "doctor": _cmd_doctor,
     "assets": _cmd_assets,
 }

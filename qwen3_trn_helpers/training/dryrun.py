@@ -40,6 +40,10 @@ class DryRunReport:
     tp: int
     fsdp: int
     ep: int
+    nnodes: int
+    dp_replicate: int  # HSDP replicas, one per node (1: one node, or plain FSDP)
+    layout: str
+    layout_reason: str
     seq_len: int  # the preset's, which the estimate is for
     step_seq_len: int  # what the simulated step ran
     params_total: int
@@ -81,7 +85,8 @@ class DryRunReport:
             {"": "preset / variant", "value": f"{self.preset} / {self.variant}"},
             {"": "layers", "value": self.layers},
             {"": "ranks (simulated)", "value": self.world_size},
-            {"": "layout", "value": f"TP {self.tp} x FSDP {self.fsdp}"},
+            {"": "nodes", "value": self.nnodes},
+            {"": "layout", "value": self.layout},
             {"": "parameters, whole model", "value": self.params_total},
             {"": "parameters on rank 0", "value": self.params_per_rank},
             {"": "params+grads+AdamW, measured GiB", "value": round(self.measured_state_gib, 3)},
@@ -150,7 +155,8 @@ def dry_run(
     """Build ``spec``'s trn2 configuration on the CPU, rank 0 of its world, and step once.
 
     ``spec.preset`` defaults to the variant's trn2 preset and ``spec.nproc`` (when 1) to
-    the preset's world size. ``layers`` keeps the layout but builds fewer layers (for a
+    the preset's world size; ``spec.nnodes`` nodes of those (HSDP across them) make the
+    world. ``layers`` keeps the layout but builds fewer layers (for a
     quick check of the 30B-A3B layout). On trn2 (or with ``isolate=True``) the dry run
     happens in a child process, so a notebook kernel never builds a trainer itself.
     """
@@ -169,8 +175,9 @@ def dry_run(
 
     variant = get_variant(spec.variant)
     preset_name = spec.preset or variant.trn2_preset
-    world = spec.nproc if spec.nproc > 1 else PRESETS[preset_name].world_size
-    spec = spec.replace(preset=preset_name, nproc=world, out=spec.out or "runs/dry-run", steps=1)
+    per_node = spec.nproc if spec.nproc > 1 else PRESETS[preset_name].world_size
+    world = per_node * spec.nnodes
+    spec = spec.replace(preset=preset_name, nproc=per_node, out=spec.out or "runs/dry-run", steps=1)
     trn2 = plan_run(spec, device_type="neuron")  # what a trn2.48xlarge would run
     if layers is not None:
         shape = dataclasses.replace(trn2.shape, n_layers=layers)
@@ -205,6 +212,10 @@ def dry_run(
         tp=trn2.tp,
         fsdp=trn2.fsdp,
         ep=trn2.preset.layout.ep,
+        nnodes=spec.nnodes,
+        dp_replicate=trn2.dp_replicate,
+        layout=trn2.layout,
+        layout_reason=trn2.layout_reason,
         seq_len=trn2.seq_len,
         step_seq_len=step_seq_len,
         params_total=total,

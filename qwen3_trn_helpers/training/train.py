@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -133,6 +134,45 @@ def prepare_out_dir(out: str | Path | None, overwrite: bool = False) -> Path:
     return out
 
 
+def checkpoint_data_ranks(step_dir: Path) -> int | None:
+    """How many data-parallel ranks wrote a checkpoint's dataloader state (None: unknown).
+
+    Read from the checkpoint's own DCP metadata, the same on every rank, so every
+    rank of a resumed run takes the same decision.
+    """
+    from torch.distributed.checkpoint import FileSystemReader
+
+    try:
+        keys = FileSystemReader(str(step_dir)).read_metadata().state_dict_metadata
+    except Exception:  # not a DCP checkpoint (an HF export): nothing to compare
+        return None
+    ranks = [k for k in keys if k.startswith("dataloader.dp_rank_")]
+    return len(ranks) or None
+
+
+def resumes_at_other_world(out: Path, step: int, data_ranks: int, *, echo: bool) -> bool:
+    """Whether the checkpoint at ``step`` had another data-parallel size (nodes lost or
+    added, another --nproc).
+
+    Model and optimizer state reshard on load (torch's distributed checkpoint); the
+    data position cannot in torchtitan 0.3.0 (it asserts the size is unchanged), so
+    the resumed run says so once and starts its data from the beginning.
+    """
+    saved = checkpoint_data_ranks(out / "checkpoint" / f"step-{step}")
+    if saved is None or saved == data_ranks:
+        return False
+    if echo:
+        print(
+            f"note: the checkpoint at step {step} was written by {saved} data-parallel "
+            f"ranks and this run has {data_ranks}: model and optimizer state are "
+            "resharded, the data order restarts (torchtitan 0.3.0 cannot reshard its "
+            "dataloader state)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return True
+
+
 @contextmanager
 def quiet_torchtitan(verbose: bool) -> Iterator[None]:
     """Hide torchtitan's INFO/WARNING log and known CPU-only noise unless ``verbose``.
@@ -237,10 +277,13 @@ def train(
     rank0 = rank() == 0
     launched = launched_by_torchrun()
     resumed_from = 0
-    if not rank0:
-        out = Path(spec.out or "runs/_nonzero_rank")
-    elif spec.resume:
+    reshard = False
+    if spec.resume:
         out, resumed_from = prepare_resume_dir(spec.out)
+        data_ranks = plan.world_size // plan.tp  # torchtitan's dp degree
+        reshard = resumes_at_other_world(out, resumed_from, data_ranks, echo=rank0)
+    elif not rank0:
+        out = Path(spec.out or "runs/_nonzero_rank")
     else:
         out = prepare_out_dir(spec.out, spec.overwrite)
     result = RunResult(out=out, spec=spec, plan=plan)
@@ -269,7 +312,7 @@ def train(
     started = time.perf_counter()
     try:
         with quiet_torchtitan(verbose):
-            trainer = build_trainer(plan, out)
+            trainer = build_trainer(plan, out, skip_dataloader_state=reshard)
             try:
                 if trainer.metrics_processor.jsonl is not None:
                     trainer.metrics_processor.jsonl.on_step = step_done

@@ -154,12 +154,20 @@ def activation_checkpoint_config(kind: str):
 
 
 def trainer_config(
-    plan: Plan, out: str | Path, *, comm_mode: str = "default", metrics_file: str = "metrics.jsonl"
+    plan: Plan,
+    out: str | Path,
+    *,
+    comm_mode: str = "default",
+    metrics_file: str = "metrics.jsonl",
+    skip_dataloader_state: bool = False,
 ):
     """The ``Trainer.Config`` for a plan, shaped like torchtitan's registry entries.
 
     ``comm_mode="fake_backend"`` is torchtitan's dry-run mode (training/dryrun.py);
-    ``metrics_file=""`` writes no metrics.jsonl.
+    ``metrics_file=""`` writes no metrics.jsonl. ``skip_dataloader_state`` resumes
+    without the checkpoint's data position: torchtitan 0.3.0 reshards model and
+    optimizer state to another world size but not the dataloader's (it asserts the
+    data-parallel size is unchanged), so a resume on other ranks restarts the data.
     """
     from torchtitan.components.checkpoint import CheckpointManager
     from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw
@@ -219,6 +227,7 @@ def trainer_config(
             initial_load_model_only=init_dir is not None,
             last_save_model_only=spec.export_hf,
             last_save_in_hf=spec.export_hf,
+            exclude_from_loading=["dataloader"] if skip_dataloader_state else [],
         ),
         activation_checkpoint=activation_checkpoint_config(plan.activation_checkpoint),
         comm=CommConfig(trace_buf_size=0, mode=comm_mode),
