@@ -147,8 +147,10 @@ def _walk(value: Any, typ: str, path: str, errs: list[str], quantity: bool = Fal
     json_to_attr = {j: a for a, j in klass.attribute_map.items()}
     for k in value:
         if k not in json_to_attr:
-            errs.append(f"{_key(path, str(k))}: unknown field for {typ} "
-                        f"(allowed: {', '.join(sorted(json_to_attr))})")
+            errs.append(
+                f"{_key(path, str(k))}: unknown field for {typ} "
+                f"(allowed: {', '.join(sorted(json_to_attr))})"
+            )
     for attr in sorted(_required(klass)):
         if value.get(klass.attribute_map[attr]) is None:
             errs.append(f"{_key(path, klass.attribute_map[attr])}: required field missing")
@@ -165,8 +167,11 @@ def _walk(value: Any, typ: str, path: str, errs: list[str], quantity: bool = Fal
         allowed = _ENUMS.get((typ, attr))
         if allowed is not None and isinstance(v, str) and v not in allowed:
             errs.append(f"{sub}: {v!r} not one of {sorted(allowed)}")
-        if (typ, attr) == ("V1EmptyDirVolumeSource", "medium") and isinstance(v, str) \
-                and not _EMPTYDIR_MEDIUM_RE.match(v):
+        if (
+            (typ, attr) == ("V1EmptyDirVolumeSource", "medium")
+            and isinstance(v, str)
+            and not _EMPTYDIR_MEDIUM_RE.match(v)
+        ):
             errs.append(f"{sub}: {v!r} not one of '', 'Memory', 'HugePages[-<size>]'")
 
 
@@ -222,8 +227,10 @@ def _semantic(m: dict, errs: list[str]) -> None:
                 errs.append(f"{cpath}.image: required (webhook rule)")
             for j, vm in enumerate(c.get("volumeMounts") or []):
                 if isinstance(vm, dict) and vm.get("name") not in vols:
-                    errs.append(f"{cpath}.volumeMounts[{j}].name: {vm.get('name')!r} "
-                                "is not a volume of this pod")
+                    errs.append(
+                        f"{cpath}.volumeMounts[{j}].name: {vm.get('name')!r} "
+                        "is not a volume of this pod"
+                    )
 
 
 def validate_pytorchjob(manifest: dict) -> None:
@@ -242,5 +249,3 @@ def validate_pytorchjob(manifest: dict) -> None:
             errs.append(f"<sdk deserialize>: {exc}")
     if errs:
         raise ValueError("invalid PyTorchJob manifest:\n" + "\n".join(errs))
-
-
