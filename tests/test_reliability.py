@@ -159,3 +159,47 @@ def test_stopping_a_launch_stops_the_workers_too():
         time.sleep(0.1)
     else:
         raise AssertionError("the launcher's worker outlived stop_process_group")
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    """Command lines of live (not zombie) processes whose arguments contain ``text``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if text in cmdline and state != "Z":
+            found.append(cmdline)
+    return found
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_cli_ends_every_process_of_a_launched_run(tmp_path):
+    """What `timeout`, Slurm's scancel and Kubernetes send: torchrun and both ranks end."""
+    out = tmp_path / "terminated"
+    cmd = [sys.executable, "-m", "qwen3_trn_helpers", "train", "--nproc", "2", "--steps",
+           "200", "--out", str(out), "--no-progress"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 180
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 1):
+        assert time.time() < deadline and proc.poll() is None, proc.stderr.read()[-2000:]
+        time.sleep(0.2)
+    assert len(_processes_mentioning(str(out))) >= 4  # the CLI, torchrun, 2 ranks
+    proc.send_signal(signal.SIGTERM)  # to the CLI alone, as `timeout` does
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1].startswith("terminated:")
+    for _ in range(50):
+        if not _processes_mentioning(str(out)):
+            break
+        time.sleep(0.1)
+    assert not _processes_mentioning(str(out)), "a process of the run outlived SIGTERM"
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, len(records) + 1))
+    manifest = json.loads((out / "run.json").read_text())
+    assert manifest["status"] == "terminated" and manifest["steps_completed"] == len(records)
