@@ -178,22 +178,31 @@ def _processes_mentioning(text: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_sigterm_to_the_cli_ends_every_process_of_a_launched_run(tmp_path):
-    """What `timeout`, Slurm's scancel and Kubernetes send: torchrun and both ranks end."""
-    out = tmp_path / "terminated"
+@pytest.mark.parametrize(
+    ("sig", "status", "code"),
+    [(signal.SIGTERM, "terminated", 143), (signal.SIGINT, "interrupted", 130)],
+    ids=["SIGTERM", "SIGINT"],
+)
+def test_a_stop_signal_to_the_cli_ends_every_process_of_a_launched_run(tmp_path, sig, status, code):
+    """SIGTERM is what `timeout`, Slurm's scancel and Kubernetes send; SIGINT is Ctrl-C.
+    Either way torchrun and both ranks end, and run.json says which."""
+    out = tmp_path / status
     cmd = [sys.executable, "-m", "qwen3_trn_helpers", "train", "--nproc", "2", "--steps",
            "200", "--out", str(out), "--no-progress"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as from a terminal
+    )  # fmt: skip
     metrics = out / "metrics.jsonl"
     deadline = time.time() + 180
     while not (metrics.exists() and metrics.read_text().count("\n") >= 1):
         assert time.time() < deadline and proc.poll() is None, proc.stderr.read()[-2000:]
         time.sleep(0.2)
     assert len(_processes_mentioning(str(out))) >= 4  # the CLI, torchrun, 2 ranks
-    proc.send_signal(signal.SIGTERM)  # to the CLI alone, as `timeout` does
+    proc.send_signal(sig)  # to the CLI alone, as `timeout` does
     _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 143, stderr[-2000:]
-    assert stderr.strip().splitlines()[-1].startswith("terminated:")
+    assert proc.returncode == code, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1].startswith(f"{status}:")
     for _ in range(50):
         if not _processes_mentioning(str(out)):
             break
@@ -202,4 +211,4 @@ def test_sigterm_to_the_cli_ends_every_process_of_a_launched_run(tmp_path):
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(1, len(records) + 1))
     manifest = json.loads((out / "run.json").read_text())
-    assert manifest["status"] == "terminated" and manifest["steps_completed"] == len(records)
+    assert manifest["status"] == status and manifest["steps_completed"] == len(records)

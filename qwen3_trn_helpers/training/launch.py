@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, TrainingError
+from ..errors import ConfigError, Terminated, TrainingError
 from ..trn2 import DEFAULT_LNC
 from .rendezvous import check_endpoint_reachable_by_all, nodes_joined
 from .spec import RunSpec
@@ -109,15 +109,19 @@ def neuron_rank_environment(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def stop_process_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
+def stop_process_group(
+    proc: subprocess.Popen, grace_s: float = 30, first: signal.Signals = signal.SIGTERM
+) -> None:
     """Stop a child started with ``start_new_session=True`` and everything it started.
 
     torchrun's workers (and the Neuron runtime's hold on their NeuronCores) outlive a
-    kill of torchrun alone; signalling the whole process group ends them too.
+    kill of torchrun alone; signalling the whole process group ends them too. ``first``
+    is the signal the ranks see (SIGINT after a Ctrl-C, so their run.json says
+    "interrupted"), then SIGKILL for whatever is left after ``grace_s``.
     """
     if proc.poll() is not None:
         return
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10)):
+    for sig, wait_s in ((first, grace_s), (signal.SIGKILL, 10)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
@@ -203,8 +207,9 @@ def launch(
                 if timeout is not None and time.monotonic() - started > timeout:
                     raise TrainingError(f"{spec.world}-rank run passed {timeout:.0f} s; stopped")
                 time.sleep(0.2)
-        except BaseException:
-            stop_process_group(proc)
+        except BaseException as e:
+            ctrl_c = isinstance(e, KeyboardInterrupt) and not isinstance(e, Terminated)
+            stop_process_group(proc, first=signal.SIGINT if ctrl_c else signal.SIGTERM)
             raise
         finally:
             close_bar()
