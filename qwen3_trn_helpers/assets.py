@@ -104,13 +104,13 @@ TOKENIZER_CONFIG = {
     "split_special_tokens": False,
 }
 
-TOKENIZER_FORMAT = 1  # bump when the build below changes, to rebuild caches
+TOKENIZER_FORMAT = 2  # bump when the build below changes, to rebuild caches (2: checksums)
 
 
 def cache_dir() -> Path:
     """Where built assets live: $QWEN3_TRN_CACHE, else $XDG_CACHE_HOME/qwen3-trn."""
     if os.environ.get("QWEN3_TRN_CACHE"):
-        return Path(os.environ["QWEN3_TRN_CACHE"]).expanduser()
+        return Path(os.environ["QWEN3_TRN_CACHE"]).expanduser().absolute()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "qwen3-trn"
 
@@ -222,15 +222,57 @@ def tokenizer_dir() -> Path:
     return cache_dir() / f"qwen3-tokenizer-v{TOKENIZER_FORMAT}"
 
 
+CHECKSUMS = "checksums.json"  # sha256 of each built file, written when it is built
+
+
+def record_checksums(folder: Path, names: tuple[str, ...]) -> None:
+    sums = {name: sha256_of(folder / name) for name in names}
+    (folder / CHECKSUMS).write_text(json.dumps(sums, indent=2))
+
+
+@functools.lru_cache(maxsize=8)
+def damaged_files(folder: str, stamp: tuple[int, int]) -> str | None:
+    """Why a built folder no longer holds what was built (None: intact). ``stamp`` (size,
+    mtime of tokenizer.json) re-checks it only when the file changes."""
+    path = Path(folder)
+    try:
+        sums = json.loads((path / CHECKSUMS).read_text())
+    except (OSError, ValueError):
+        return f"{CHECKSUMS} is missing or unreadable"
+    for name, expected in sums.items():
+        if not (path / name).is_file() or sha256_of(path / name) != expected:
+            return f"{name} does not match the sha256 recorded when it was built"
+    return None
+
+
 def ensure_tokenizer() -> Path:
-    """The cached offline Qwen3 tokenizer folder, built on first use (about 10 s)."""
-    return cached_folder(
-        tokenizer_dir(),
-        lambda tmp: build_qwen3_tokenizer(
-            fetch_pinned_file(QWEN_VOCAB, cache_dir() / "downloads"), tmp
-        ),
-        marker="tokenizer_config.json",
-    )
+    """The cached offline Qwen3 tokenizer folder, built on first use (about 10 s), and
+    verified against the checksums recorded then: a damaged one is rebuilt, once."""
+
+    def build(tmp: Path) -> None:
+        build_qwen3_tokenizer(fetch_pinned_file(QWEN_VOCAB, cache_dir() / "downloads"), tmp)
+        record_checksums(tmp, ("tokenizer.json", "tokenizer_config.json"))
+
+    folder = cached_folder(tokenizer_dir(), build, marker=CHECKSUMS)
+    problem = tokenizer_damage(folder)
+    if problem:
+        print(f"note: the cached tokenizer in {folder} is damaged ({problem}); rebuilding it",
+              file=sys.stderr)  # fmt: skip
+        shutil.rmtree(folder, ignore_errors=True)
+        folder = cached_folder(tokenizer_dir(), build, marker=CHECKSUMS)
+        problem = tokenizer_damage(folder)
+        if problem:
+            raise AssetError(f"the tokenizer rebuilt in {folder} is damaged too ({problem})")
+    return folder
+
+
+def tokenizer_damage(folder: Path) -> str | None:
+    """Why the built tokenizer in ``folder`` cannot be trusted (None: it is intact)."""
+    try:
+        st = (folder / "tokenizer.json").stat()
+    except OSError:
+        return "tokenizer.json is missing"
+    return damaged_files(str(folder), (st.st_size, st.st_mtime_ns))
 
 
 def resolve_tokenizer(source: str | Path | None) -> Path:
@@ -264,7 +306,15 @@ def load_tokenizer(folder: str | Path):
 def _parsed_tokenizer(path: str, mtime_ns: int):
     from tokenizers import Tokenizer
 
-    return Tokenizer.from_file(path)
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as e:  # tokenizers raises a bare Exception for a damaged file
+        reason = str(e).splitlines()[0][:120]
+        raise AssetError(
+            f"{path} is not a readable tokenizer ({reason}); if it is the offline Qwen3 "
+            "tokenizer, delete its folder and run `qwen3-trn assets` to rebuild it, else "
+            "copy tokenizer.json again from the model's folder"
+        ) from None
 
 
 def tokenizer_vocab_size(folder: Path) -> int:

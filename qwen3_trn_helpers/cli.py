@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import MISSING, fields
 from typing import Any
 
-from .errors import Qwen3TrnError, Terminated, terminate_on_sigterm
+from .errors import Qwen3TrnError, RunFolderError, Terminated, terminate_on_sigterm
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -73,7 +73,7 @@ def spec_from_args(args: argparse.Namespace, **extra: Any):
     from .training.spec import RunSpec
 
     values = {f.name: getattr(args, f.name) for f in fields(RunSpec) if hasattr(args, f.name)}
-    return RunSpec(**{**values, **extra})
+    return RunSpec(**{**values, **extra}).with_absolute_paths()  # relative to where we stand
 
 
 #: reproduce takes these run parameters; init is what it varies
@@ -216,11 +216,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
     )
     print(f"metrics: {result.metrics_path}")
     if result.writer:  # on several nodes sharing --out: only rank 0's node
-        png = save_loss_plot(
-            {f"{spec.variant} / {args.init}": result.metrics},
-            result.out / "loss.png",
-            title=f"Qwen3 {spec.variant}, {spec.preset or 'default preset'}",
-        )
+        png = result.out / "loss.png"
+        try:
+            save_loss_plot(
+                {f"{spec.variant} / {args.init}": result.metrics},
+                png,
+                title=f"Qwen3 {spec.variant}, {spec.preset or 'default preset'}",
+            )
+        except OSError as e:
+            png.unlink(missing_ok=True)  # never a half-written picture
+            raise RunFolderError(
+                f"the run completed and metrics.jsonl holds every step, but {png} could not "
+                f"be written ({e.strerror or e}); free disk space and plot it from the "
+                "metrics (qwen3_trn_helpers.lessons.plots.save_loss_plot)"
+            ) from None
         print(f"plot:    {png}")
     return 0
 
@@ -246,7 +255,7 @@ def _cmd_parity(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from .lessons.parity import parity
 
-    report = parity(args.init, seq_len=args.seq_len)
+    report = parity(os.path.abspath(os.path.expanduser(args.init)), seq_len=args.seq_len)
     print(report)
     ok = report.worst() <= args.tolerance
     print(f"{'PASS' if ok else 'FAIL'}: worst {report.worst():.3e} vs tolerance {args.tolerance:g}")
@@ -254,7 +263,7 @@ def _cmd_parity(args: argparse.Namespace) -> int:
 
 
 def _cmd_dry_run(args: argparse.Namespace) -> int:
-    import json
+    from .training.metrics_file import strict_json
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from .lessons.tables import Table
@@ -263,7 +272,7 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     report = dry_run(spec, layers=args.layers)
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(strict_json(report.to_json(), indent=2))
     else:
         print(Table(report.rows()))
     return 0 if report.fits else EXIT_FAILED
@@ -301,13 +310,12 @@ def _cmd_k8s(args: argparse.Namespace) -> int:
 
 
 def _cmd_smoke(args: argparse.Namespace) -> int:
-    import json
-
     from .smoke import run_ladder
+    from .training.metrics_file import strict_json
 
     ladder = run_ladder(args.out, full=not args.no_full_size, only=args.rung, echo=not args.json)
     if args.json:
-        print(json.dumps(ladder.to_json(), indent=2))
+        print(strict_json(ladder.to_json(), indent=2))
     return 0 if ladder.passed else EXIT_FAILED
 
 
@@ -390,7 +398,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         what = "terminated" if isinstance(e, Terminated) else "interrupted"
         print(f"{what}: every completed step is in metrics.jsonl", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
-    except Exception as e:  # a bug or an environment problem we did not foresee
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as e:  # a bug or an environment problem we did not foresee
+        # (BaseException: torch's CheckpointException is one, and must not escape as a
+        # traceback either)
         if args.debug:
             raise
         print(

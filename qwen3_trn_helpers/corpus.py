@@ -165,9 +165,18 @@ def is_local(corpus: str | Path) -> bool:
 
 
 def _files_in(path: Path) -> list[Path]:
-    if path.is_dir():
-        return sorted(p for p in path.rglob("*") if p.suffix in (".txt", ".jsonl"))
-    return [path]
+    files = (
+        sorted(p for p in path.rglob("*") if p.suffix in (".txt", ".jsonl"))
+        if (path.is_dir())
+        else [path]
+    )
+    for file in files:  # a FIFO or a device would block the read forever
+        if not file.is_file():
+            raise AssetError(
+                f"corpus entry {file} is not a regular file (a pipe, socket or device); "
+                "remove it or point --corpus at plain .txt/.jsonl files"
+            )
+    return files
 
 
 def read_documents(path: str | Path) -> list[str]:
@@ -183,18 +192,24 @@ def read_documents(path: str | Path) -> list[str]:
         if file.suffix == ".txt":
             docs.append(file.read_text(encoding="utf-8", errors="replace"))
         elif file.suffix == ".jsonl":
-            with open(file, encoding="utf-8") as f:
+            with open(file, encoding="utf-8", errors="replace") as f:
                 for lineno, line in enumerate(f, 1):
                     if not line.strip():
                         continue
                     try:
-                        docs.append(json.loads(line)["text"])
+                        text = json.loads(line)["text"]
                     except (json.JSONDecodeError, KeyError, TypeError) as e:
                         raise AssetError(
                             f"{file}:{lineno} is not a JSON object with a 'text' field "
                             f"({e.__class__.__name__}); one document per line, like "
                             '{"text": "..."}'
                         ) from None
+                    if not isinstance(text, str):
+                        raise AssetError(
+                            f"{file}:{lineno}: 'text' is a {type(text).__name__}, not a "
+                            'string; one document per line, like {"text": "..."}'
+                        )
+                    docs.append(text)
         else:
             raise AssetError(f"corpus file {file} must end in .txt or .jsonl")
     docs = [d for d in docs if d.strip()]

@@ -23,7 +23,6 @@ attach it to a bug report.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import subprocess
@@ -155,7 +154,9 @@ def run_ladder(
         if echo:
             line = f"{rung.status:<5} {rung.name:<28} {rung.seconds:6.1f}s  {rung.reason}"
             print(line + (f"\n      fix: {rung.fix}" if rung.status == "fail" else ""), flush=True)
-    (out / "smoke.json").write_text(json.dumps(ladder.to_json(), indent=2))
+    from .training.metrics_file import strict_json
+
+    (out / "smoke.json").write_text(strict_json(ladder.to_json(), indent=2))
     return ladder
 
 

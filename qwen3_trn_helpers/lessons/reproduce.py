@@ -12,7 +12,6 @@ ranks, C4); on a CPU the small preset, the embedded corpus and the locally made
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any
 from ..model.presets import get_preset
 from ..model.shapes import VOCAB_SIZE
 from ..model.variants import get_variant
+from ..training.metrics_file import strict_json
 from ..training.spec import RunSpec
 
 #: Step-1 losses AWS reported (trn2.48xlarge, 10 steps, local batch size 1).
@@ -88,7 +88,10 @@ class Reproduction:
                     "step-1 loss": round(first, 3),
                     "AWS step 1": AWS_STEP1[init],
                     "deviation": round(first - AWS_STEP1[init], 3),
-                    "step-10 loss": round(self.runs[init].losses[-1], 3),
+                    # the last step trained (10 unless --steps said otherwise)
+                    f"step-{self.runs[init].metrics[-1]['step']} loss": round(
+                        self.runs[init].losses[-1], 3
+                    ),
                 }
             )
         return rows
@@ -100,7 +103,8 @@ class Reproduction:
             {f"{self.variant}, {init}": self.runs[init].metrics for init in INITS},
             reference={f"AWS step 1, {init}": AWS_STEP1[init] for init in INITS},
             ln_vocab=LN_VOCAB,
-            title=f"10 steps, local batch 1: published weights vs random init "
+            title=f"{len(self.runs['random'].metrics)} steps, local batch 1: published "
+            "weights vs random init "
             f"({self.variant}, {self.device_type})",
         )
 
@@ -144,5 +148,5 @@ def reproduce(spec: RunSpec | None = None, *, progress: bool = True, **params: A
     )
     rep.figure_path = out / "reproduce.png"
     rep.figure().savefig(rep.figure_path)
-    (out / "summary.json").write_text(json.dumps(rep.to_json(), indent=2))
+    (out / "summary.json").write_text(strict_json(rep.to_json(), indent=2))
     return rep

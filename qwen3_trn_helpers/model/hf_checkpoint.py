@@ -100,9 +100,26 @@ def tensor_shapes(file: Path) -> dict[str, tuple[int, ...]]:
         ) from None
 
 
+#: safetensors dtypes a model can train from (torchtitan casts them to fp32 on load)
+FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
+
+
+def tensor_dtypes(file: Path) -> dict[str, str]:
+    """Name -> safetensors dtype ("BF16", "I8", ...) of every tensor, from the header."""
+    from safetensors import safe_open
+
+    with safe_open(file, "pt") as f:
+        return {name: f.get_slice(name).get_dtype() for name in f.keys()}
+
+
 def check_hf_checkpoint(folder: str | Path) -> Qwen3Shape:
     """Check a Hugging Face Qwen3 folder and return its shape; clear errors otherwise."""
     folder = Path(folder).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise AssetError(
+            f"{folder} is a file; --init takes the checkpoint's folder (config.json + "
+            f"*.safetensors), for example {folder.parent}"
+        )
     if not folder.is_dir():
         raise AssetError(
             f"checkpoint folder {folder} does not exist; pass a Hugging Face Qwen3 folder "
@@ -118,6 +135,14 @@ def check_hf_checkpoint(folder: str | Path) -> Qwen3Shape:
     found: dict[str, tuple[int, ...]] = {}
     for file in files:
         found |= tensor_shapes(file)
+        quantized = {n: d for n, d in tensor_dtypes(file).items() if d not in FLOAT_DTYPES}
+        if quantized:
+            name, dtype = next(iter(quantized.items()))
+            raise AssetError(
+                f"{file.name} in {folder} holds {dtype} weights ({name} and "
+                f"{len(quantized) - 1} more); training starts from floating-point weights "
+                f"({', '.join(FLOAT_DTYPES)}): use the unquantized checkpoint"
+            )
     expected = expected_shapes(shape)
     wrong = [
         f"{name} {found[name]} (config.json implies {want})"

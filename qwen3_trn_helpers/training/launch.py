@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -149,16 +150,40 @@ def launch(
     metrics.jsonl, so the bar or the training panel updates live. Without ``out`` the
     run gets a new folder under ``runs/``.
     """
-    from .metrics_file import keep_steps_before, read_metrics
-    from .train import RunResult, prepare_out_dir, prepare_resume_dir, step_reporter
+    from .train import new_out_dir, own_run_folder
 
     multinode = spec.nnodes > 1
     if multinode:
-        torchrun_command(spec)  # the endpoint is there
+        torchrun_command(spec)  # refuses a job without its endpoint
         check_endpoint_reachable_by_all(spec.rdzv_endpoint)
+    out = new_out_dir(spec.out)
+    # One node: this process writes the folder and holds it for the run's life. Several
+    # nodes may share one folder: the job's rank 0 holds it (training/train.py).
+    with nullcontext() if multinode else own_run_folder(out):
+        return _launch_in(out, spec, device_type, timeout, progress, verbose, label, on_step)
+
+
+def _launch_in(
+    out: Path,
+    spec: RunSpec,
+    device_type: str,
+    timeout: float | None,
+    progress: bool,
+    verbose: bool,
+    label: str | None,
+    on_step: Callable[[dict[str, Any]], None] | None,
+):
+    """:func:`launch`, once the run folder is settled."""
+    from .metrics_file import keep_steps_before, read_metrics
+    from .spec import plan_run
+    from .train import RunResult, check_resume, prepare_out_dir, prepare_resume_dir, step_reporter
+
+    multinode = spec.nnodes > 1
     if spec.resume:
-        out, resumed_from = prepare_resume_dir(spec.out)
-        if not multinode:  # (several nodes: rank 0 does it, once, not every node)
+        out, resumed_from = prepare_resume_dir(out)
+        if not multinode:  # (several nodes: rank 0 does both, once, not every node)
+            # refused before any file changes, rather than in rank 0 after the next line
+            check_resume(out, resumed_from, plan_run(spec))
             # rank 0 drops the steps it trains again only when it logs its first one;
             # drop them now, so that this loop never reports the later steps
             keep_steps_before(out / "metrics.jsonl", resumed_from + 1)
@@ -167,10 +192,10 @@ def launch(
         # Every node may be given the same folder on shared storage: the job's rank 0
         # alone decides whether it may be used (and clears it for --overwrite), so no
         # node refuses a folder because another node of this job got there first.
-        out, resumed_from, child = Path(spec.out), 0, spec
+        resumed_from, child = 0, spec
         out.mkdir(parents=True, exist_ok=True)
     else:
-        out, resumed_from = prepare_out_dir(spec.out, spec.overwrite), 0
+        out, resumed_from = prepare_out_dir(out, spec.overwrite), 0
         child = spec.replace(out=str(out), overwrite=True)
     cmd = torchrun_command(child) + (["--verbose"] if verbose else [])
     desc = label or f"{spec.variant} x{spec.world}"
@@ -220,8 +245,10 @@ def launch(
         if multinode and "RendezvousConnectionError" in text:
             raise TrainingError(missing_nodes_message(spec, None))
         lines = text.splitlines()
-        errors = [ln for ln in lines if ln.startswith("error:")]
-        errors = errors or [ln for ln in lines if "Error" in ln]
+        ours = [ln.removeprefix("error: ") for ln in lines if ln.startswith("error: ")]
+        if ours:  # a rank said what went wrong, in our words: pass it on as it is
+            raise TrainingError(f"{ours[-1].strip()} (full log: {log_path})")
+        errors = [ln for ln in lines if "Error" in ln]
         last = errors[-1].strip() if errors else f"exit status {proc.returncode}"
         raise TrainingError(f"{spec.world}-rank run failed: {last} (full log: {log_path})")
     if not (out / "run.json").exists():  # rank 0 ran on another node, without shared storage

@@ -19,7 +19,6 @@ On trn2 it also corrects two readings torchtitan 0.3.0 gets wrong there:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from torchtitan.components.metrics import (
     MetricsProcessor,
 )
 
-from .metrics_file import keep_steps_before, to_record
+from .metrics_file import keep_steps_before, strict_json, to_record
 
 
 class JsonlMetricsLogger(BaseLogger):
@@ -61,7 +60,7 @@ class JsonlMetricsLogger(BaseLogger):
         if self._file is None:
             self._open(step)
         record = to_record(step, metrics, self.with_mfu)
-        self._file.write(json.dumps(record) + "\n")
+        self._file.write(strict_json(record) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
         if self.on_step is not None:

@@ -43,6 +43,24 @@ def to_record(step: int, metrics: dict[str, Any], with_mfu: bool = True) -> dict
     return record
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every NaN/inf float (at any depth) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def strict_json(value: Any, **options: Any) -> str:
+    """JSON every reader accepts: Python's ``json`` writes NaN/Infinity, which is not JSON
+    (JavaScript, jq, pandas' strict mode reject it). A measurement that is not a number
+    becomes null."""
+    return json.dumps(finite(value), allow_nan=False, **options)
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """Every complete line of a metrics file (a torn last line is ignored)."""
     records = []
@@ -65,5 +83,5 @@ def keep_steps_before(path: str | Path, first_step: int) -> None:
     kept = read_metrics(path) if path.exists() else []
     kept = [r for r in kept if r.get("step", 0) < first_step]
     tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    tmp.write_text("".join(strict_json(r) + "\n" for r in kept))
     tmp.replace(path)

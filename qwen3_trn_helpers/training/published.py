@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -93,6 +94,14 @@ def _pretrain_into(preset: Preset, folder: Path, progress: bool) -> None:
         "losses": result.losses,
     }
     (folder / "qwen3_trn_recipe.json").write_text(json.dumps(recipe, indent=2))
+    _record_checksums(folder)
+
+
+def _record_checksums(folder: Path) -> None:
+    from ..assets import record_checksums
+
+    names = sorted(p.name for p in folder.iterdir() if p.suffix in (".safetensors", ".json"))
+    record_checksums(folder, tuple(n for n in names if n != "checksums.json"))
 
 
 def pretrain_local(
@@ -115,13 +124,28 @@ def pretrain_local(
 
 def ensure_local_published(preset: Preset, progress: bool = True) -> Path:
     """The cached local "published" checkpoint of ``preset``, made on first use."""
-    from ..assets import cached_folder
+    from ..assets import CHECKSUMS, cached_folder, damaged_files
 
-    return cached_folder(
-        published_dir(preset),
-        lambda folder: pretrain_local(preset.name, str(folder), progress),
-        marker="qwen3_trn_recipe.json",
-    )
+    def build() -> Path:
+        return cached_folder(
+            published_dir(preset),
+            lambda folder: pretrain_local(preset.name, str(folder), progress),
+            marker="qwen3_trn_recipe.json",
+        )
+
+    folder = build()
+    if not (folder / CHECKSUMS).exists():  # made before checksums were recorded
+        from ..model.hf_checkpoint import check_hf_checkpoint
+
+        check_hf_checkpoint(folder)
+        _record_checksums(folder)
+    problem = damaged_files(str(folder), ((folder / CHECKSUMS).stat().st_mtime_ns, 0))
+    if problem:
+        print(f"note: the local checkpoint in {folder} is damaged ({problem}); remaking it",
+              file=sys.stderr)  # fmt: skip
+        shutil.rmtree(folder, ignore_errors=True)
+        folder = build()
+    return folder
 
 
 def resolve_init(spec: RunSpec, device_type: str, progress: bool = True) -> RunSpec:

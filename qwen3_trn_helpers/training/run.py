@@ -30,7 +30,7 @@ def make_spec(variant: str = "native", **params: Any) -> RunSpec:
         )
     # folders may come as pathlib.Path; the spec holds text (it is written to run.json)
     params = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in params.items()}
-    return RunSpec(variant=variant, **params).validate()
+    return RunSpec(variant=variant, **params).validate().with_absolute_paths()
 
 
 def run(

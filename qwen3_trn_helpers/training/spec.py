@@ -14,6 +14,7 @@ Cheap to import: no torch.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,32 @@ class RunSpec:
     def replace(self, **changes: Any) -> RunSpec:
         return dataclasses.replace(self, **changes)
 
+    def with_absolute_paths(self) -> RunSpec:
+        """Every folder or file the user named, made absolute where they stand.
+
+        Done once, where a spec enters (the CLI, ``run()``): launched ranks, torchtitan
+        (whose checkpoint loader accepts absolute paths only) and run.json then all
+        mean the same files, whatever their working directory.
+        """
+        from ..corpus import EMBEDDED, EMBEDDED_PRETRAIN
+
+        def absolute(value: str | None) -> str | None:
+            if not value or not str(value).strip():  # empty: validate() names it
+                return value
+            return str(Path(value).expanduser().absolute())
+
+        changes: dict[str, Any] = {"out": absolute(self.out), "tokenizer": absolute(self.tokenizer)}
+        if self.init not in ("random", "pretrained"):
+            changes["init"] = absolute(self.init)
+        corpus = self.corpus
+        if (
+            corpus
+            and corpus not in (EMBEDDED, EMBEDDED_PRETRAIN)
+            and (Path(corpus).expanduser().exists() or "/" in corpus or Path(corpus).suffix)
+        ):
+            changes["corpus"] = absolute(corpus)
+        return self.replace(**changes)
+
     def validate(self) -> RunSpec:
         """Checks that need no imports and no files: fail fast, before anything loads."""
         get_variant(self.variant)
@@ -140,13 +167,26 @@ class RunSpec:
                 kind = int | float if is_float else int
                 bad = isinstance(value, bool) or not isinstance(value, kind)
                 if is_float:
-                    if bad or not value > 0:
-                        raise ConfigError(f"{f.name} must be positive, got {value!r}")
+                    if bad or not 0 < value < math.inf:
+                        raise ConfigError(
+                            f"{f.name} must be a positive finite number, got {value!r}"
+                        )
                     continue
                 least = 1 if meta.get("positive") else 0
                 if bad or value < least:
                     what = "positive" if least else "non-negative"
                     raise ConfigError(f"{f.name} must be a {what} integer, got {value!r}")
+        if (
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, int)
+            or not (0 <= self.seed < 2**32)
+        ):
+            raise ConfigError(f"seed must be between 0 and 2**32 - 1, got {self.seed}")
+        if self.out is not None and not str(self.out).strip():
+            raise ConfigError(
+                "out is empty; name the run folder (--out runs/mine), or leave it out for "
+                "a new runs/<date-time> folder"
+            )
         if not isinstance(self.init, str) or not self.init:
             raise ConfigError(
                 f"init must be 'random', 'pretrained' or a checkpoint folder, got {self.init!r}"
@@ -156,6 +196,8 @@ class RunSpec:
                 "resume needs checkpoints: pass the run's checkpoint_interval "
                 "(--checkpoint-interval N) again"
             )
+        if self.resume and self.out is None:
+            raise ConfigError("resume needs --out: the folder of the run to continue")
         if self.resume and self.overwrite:
             raise ConfigError("resume continues the run in --out; overwrite would delete it")
         if self.world > 1 and self.out is None:
@@ -400,7 +442,7 @@ def plan_run(spec: RunSpec, *, device_type: str | None = None) -> Plan:
     init_dir = None
     folder_shape = None
     if spec.init not in ("random", "pretrained"):
-        init_dir = Path(spec.init).expanduser()
+        init_dir = Path(spec.init).expanduser().absolute()  # torchtitan loads absolute paths
         folder_shape = check_hf_checkpoint(init_dir)
     preset = spec.resolve_preset(device, folder_shape)
     shape = folder_shape or preset.shape

@@ -16,13 +16,13 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, RunFolderError, Terminated
-from .metrics_file import read_metrics
+from .metrics_file import read_metrics, strict_json
 from .rendezvous import launched_by_torchrun, rank
 from .spec import Plan, RunSpec, plan_run
 
@@ -106,12 +106,22 @@ def prepare_resume_dir(out: str | Path | None) -> tuple[Path, int]:
     return out, step
 
 
-def prepare_out_dir(out: str | Path | None, overwrite: bool = False) -> Path:
-    """A folder for this run's files that holds no other run's metrics or checkpoints.
+def check_hub_reachable(plan: Plan) -> None:
+    """A run that streams its text from the hub cannot start in offline mode: say so now,
+    not after a minute of retries deep inside the dataloader."""
+    from ..corpus import is_local
 
-    torchtitan resumes from the newest checkpoint in its dump folder, so ``overwrite``
-    removes an earlier run's checkpoints too: the new run starts fresh.
-    """
+    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("", "0", "false")
+    if offline and not is_local(plan.corpus) and not Path(plan.corpus).suffix:
+        raise ConfigError(
+            f"corpus {plan.corpus!r} streams from the Hugging Face hub, but offline mode is "
+            "on (HF_HUB_OFFLINE=1); unset it, or train on --corpus embedded or a local "
+            ".txt/.jsonl file or folder"
+        )
+
+
+def new_out_dir(out: str | Path | None) -> Path:
+    """The run folder's path: ``out``, or a new ``runs/<date-time>`` one."""
     if out is None:
         base = Path("runs") / time.strftime("%Y%m%d-%H%M%S")
         out, n = base, 1
@@ -119,6 +129,62 @@ def prepare_out_dir(out: str | Path | None, overwrite: bool = False) -> Path:
             n += 1
             out = Path(f"{base}-{n}")
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"--out {out} is a file; name a folder for the run's files")
+    return out
+
+
+#: held (flock) by the process that writes a run folder, for the run's whole life
+LOCK_FILE = ".qwen3-trn.lock"
+OWNER_FILE = ".qwen3-trn.owner"  # who holds it, for the message a second run reads
+
+
+@contextmanager
+def own_run_folder(out: Path) -> Iterator[None]:
+    """Hold ``out`` while a run writes it; refuse if another live process holds it.
+
+    The lock is the kernel's (``flock``, through filelock): it goes when its process
+    does, however that ends, so a folder left by a killed run is simply taken over.
+    Every writer takes it first: a second run, ``--overwrite`` and ``--resume`` are all
+    refused while a run is writing there.
+    """
+    from filelock import FileLock, Timeout
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(out / LOCK_FILE), timeout=0)
+        lock.acquire()
+    except Timeout:
+        try:
+            owner = (out / OWNER_FILE).read_text().strip()
+        except OSError:
+            owner = "another process"
+        raise RunFolderError(
+            f"{out} is being written by a run still in progress ({owner}); wait for it to "
+            "end or stop it, or choose another --out"
+        ) from None
+    except OSError as e:
+        raise RunFolderError(
+            f"cannot write the run folder {out} ({e.strerror or e}); choose a folder you "
+            "can write to (--out)"
+        ) from None
+    try:
+        command = " ".join(sys.argv[:6]) or "python"
+        (out / OWNER_FILE).write_text(f"pid {os.getpid()} on {socket.gethostname()}: {command}")
+        yield
+    finally:
+        (out / OWNER_FILE).unlink(missing_ok=True)
+        lock.release()
+
+
+def prepare_out_dir(out: Path, overwrite: bool = False) -> Path:
+    """Make ``out`` hold no other run's metrics or checkpoints (the caller owns it).
+
+    torchtitan resumes from the newest checkpoint in its dump folder, so ``overwrite``
+    removes an earlier run's checkpoints too: the new run starts fresh. It removes only
+    what a run of ours wrote (:data:`RUN_FILES`, :data:`RUN_FOLDERS`), and only from a
+    folder that a run of ours wrote (it has run.json).
+    """
     previous = [name for name in RUN_FILES[:2] + RUN_FOLDERS if (out / name).exists()]
     if previous:
         if not overwrite:
@@ -126,12 +192,58 @@ def prepare_out_dir(out: str | Path | None, overwrite: bool = False) -> Path:
                 f"{out} already holds a run ({', '.join(previous)}); pass a new --out "
                 "folder, or --overwrite to replace it"
             )
+        if not (out / "run.json").is_file():
+            raise RunFolderError(
+                f"{out} holds {', '.join(previous)} but no run.json: not a qwen3-trn run "
+                "folder, and --overwrite removes only a run of ours; choose another --out"
+            )
         for name in RUN_FILES:
             (out / name).unlink(missing_ok=True)
         for name in RUN_FOLDERS:
             shutil.rmtree(out / name, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+#: settings a resumed run must share with the checkpointed one (they shape the model,
+#: the data or the optimizer); steps, ranks, nodes, device and saving may change
+RESUME_MUST_MATCH = (
+    "variant", "preset", "seq len", "local batch", "attention", "corpus", "lr",
+)  # fmt: skip
+RESUME_SPEC_MUST_MATCH = (
+    "init", "tokenizer", "warmup_steps", "seed", "moe_impl", "mixed_precision",
+)  # fmt: skip
+
+
+def check_resume(out: Path, step: int, plan: Plan) -> None:
+    """Refuse a resume whose settings differ from the checkpointed run's (named), a
+    resume that would not train any further, and a damaged checkpoint."""
+    from .checkpoint import check_checkpoint
+
+    check_checkpoint(out / "checkpoint" / f"step-{step}")
+    spec = plan.spec
+    if spec.steps <= step:
+        raise ConfigError(
+            f"the checkpoint in {out} is at step {step}; pass --steps above it to train on"
+        )
+    try:
+        saved = json.loads((out / "run.json").read_text())
+        saved_resolved, saved_spec = saved["resolved"], saved["spec"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # a folder from torchtitan's own entry point: nothing recorded to compare
+    now, differences = plan.summary(), []
+    for key in RESUME_MUST_MATCH:
+        if key in saved_resolved and saved_resolved[key] != now[key]:
+            differences.append(f"{key} {saved_resolved[key]!r} -> {now[key]!r}")
+    for key in RESUME_SPEC_MUST_MATCH:
+        if key in saved_spec and saved_spec[key] != getattr(spec, key):
+            differences.append(f"{key} {saved_spec[key]!r} -> {getattr(spec, key)!r}")
+    if differences:
+        raise ConfigError(
+            f"--resume would continue the run in {out} with other settings: "
+            f"{'; '.join(differences)}. Pass the run's own settings again (only --steps, "
+            "ranks, nodes and checkpointing may change), or start a new run elsewhere"
+        )
 
 
 def checkpoint_data_ranks(step_dir: Path) -> int | None:
@@ -272,20 +384,41 @@ def train(
     before the run folder is touched; Ctrl-C stops after writing what finished.
     """
     plan = plan_run(spec)  # every input is checked before anything is written
-    from .trainer import build_trainer
+    check_hub_reachable(plan)
 
     rank0 = rank() == 0
     launched = launched_by_torchrun()
+    # who writes the folder holds it: here, or (one node) the launching parent, or (several
+    # nodes, one shared folder) the job's rank 0
+    owner = rank0 and (not launched or spec.nnodes > 1)
+    out = new_out_dir(spec.out) if rank0 else Path(spec.out or "runs/_nonzero_rank")
+    with own_run_folder(out) if owner else nullcontext():
+        return _train_in(out, plan, rank0, launched, progress, verbose, label, on_step)
+
+
+def _train_in(
+    out: Path,
+    plan: Plan,
+    rank0: bool,
+    launched: bool,
+    progress: bool,
+    verbose: bool,
+    label: str | None,
+    on_step: Callable[[dict[str, Any]], None] | None,
+) -> RunResult:
+    """:func:`train`, once the run folder is ours."""
+    from .trainer import build_trainer
+
+    spec = plan.spec
     resumed_from = 0
     reshard = False
     if spec.resume:
-        out, resumed_from = prepare_resume_dir(spec.out)
+        out, resumed_from = prepare_resume_dir(out)
+        check_resume(out, resumed_from, plan)  # before run.json says anything new
         data_ranks = plan.world_size // plan.tp  # torchtitan's dp degree
         reshard = resumes_at_other_world(out, resumed_from, data_ranks, echo=rank0)
-    elif not rank0:
-        out = Path(spec.out or "runs/_nonzero_rank")
-    else:
-        out = prepare_out_dir(spec.out, spec.overwrite)
+    elif rank0:
+        out = prepare_out_dir(out, spec.overwrite)
     result = RunResult(out=out, spec=spec, plan=plan)
 
     def write_manifest(status: str, **extra: Any) -> None:
@@ -301,7 +434,7 @@ def train(
                 "agent": [socket.gethostname(), os.getppid()] if launched else None,
                 **extra,
             }
-            (out / "run.json").write_text(json.dumps(info, indent=2))
+            (out / "run.json").write_text(strict_json(info, indent=2))
 
     write_manifest("running")
     desc = label or f"{spec.variant}/{Path(spec.init).name}"
@@ -310,6 +443,7 @@ def train(
     )
 
     started = time.perf_counter()
+    error = None
     try:
         with quiet_torchtitan(verbose):
             trainer = build_trainer(plan, out, skip_dataloader_state=reshard)
@@ -324,8 +458,8 @@ def train(
     except KeyboardInterrupt as e:
         result.status = "terminated" if isinstance(e, Terminated) else "interrupted"
         raise
-    except BaseException:
-        result.status = "failed"
+    except BaseException as e:
+        result.status, error = "failed", f"{type(e).__name__}: {e}"
         raise
     finally:
         result.wall_s = time.perf_counter() - started
@@ -337,5 +471,6 @@ def train(
             steps_completed=len(result.metrics),
             resumed_from_step=resumed_from,
             wall_s=round(result.wall_s, 3),
+            **({"error": error} if result.status == "failed" else {}),
         )
     return result

@@ -169,7 +169,6 @@ def trainer_config(
     optimizer state to another world size but not the dataloader's (it asserts the
     data-parallel size is unchanged), so a resume on other ranks restarts the data.
     """
-    from torchtitan.components.checkpoint import CheckpointManager
     from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw
     from torchtitan.config import CommConfig, DebugConfig, ParallelismConfig, TrainingConfig
     from torchtitan.config.override import OverrideConfig
@@ -178,6 +177,7 @@ def trainer_config(
     from ..assets import ensure_tokenizer
     from ..corpus import dataset_args
     from ..model.hf_checkpoint import cached_hf_config
+    from .checkpoint import Qwen3TrnCheckpointManager
     from .metrics import Qwen3TrnMetrics
 
     if plan.pretrained_pending:
@@ -217,7 +217,7 @@ def trainer_config(
             data_parallel_replicate_degree=plan.dp_replicate,  # HSDP across nodes
             tensor_parallel_degree=plan.tp,
         ),
-        checkpoint=CheckpointManager.Config(
+        checkpoint=Qwen3TrnCheckpointManager.Config(
             enable=bool(init_dir or saves),
             load_only=not saves,
             interval=spec.checkpoint_interval or 10**9,

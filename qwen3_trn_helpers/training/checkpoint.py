@@ -1,0 +1,113 @@
+"""torchtitan's checkpointer, with failures a user can read: which step, why, what to do.
+
+torch's distributed checkpoint reports a failed save or load as ``CheckpointException``,
+a ``BaseException`` (so ``except Exception`` misses it) wrapping each rank's error, and
+the user sees a 60-line traceback. Our subclass of torchtitan's ``CheckpointManager``
+(chosen through its Config, as torchtitan's own registries choose components) turns
+that into one :class:`~qwen3_trn_helpers.errors.TrainingError` naming the step and the
+cause; a Ctrl-C that arrives during a save stays a Ctrl-C. A damaged checkpoint is
+caught before anything is built (:func:`check_checkpoint`), from DCP's own metadata.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from torchtitan.components.checkpointer import CheckpointManager
+
+from ..errors import RunFolderError, TrainingError
+
+
+def _root_cause(error: BaseException) -> BaseException:
+    """The first rank's own exception inside a CheckpointException, else ``error``."""
+    failures = getattr(error, "failures", None)
+    if isinstance(failures, dict) and failures:
+        wrapped = next(iter(failures.values()))
+        inner = wrapped[0] if isinstance(wrapped, tuple) else wrapped
+        if isinstance(inner, BaseException):
+            return inner
+    return error
+
+
+def _reason(error: BaseException) -> str:
+    cause = _root_cause(error)
+    text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+    return f"{type(cause).__name__}: {text}" if text else type(cause).__name__
+
+
+class Qwen3TrnCheckpointManager(CheckpointManager):
+    """torchtitan's DCP CheckpointManager; failures become one line with the step."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(CheckpointManager.Config):
+        pass
+
+    def save(self, curr_step: int, last_step: bool = False) -> bool:
+        try:
+            return super().save(curr_step, last_step)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:
+            if isinstance(_root_cause(e), KeyboardInterrupt):
+                raise KeyboardInterrupt from None  # Ctrl-C during the save: a Ctrl-C
+            raise TrainingError(
+                f"saving the checkpoint of step {curr_step} into {self.folder} failed "
+                f"({_reason(e)}); metrics.jsonl holds every step so far. Free disk space or "
+                "make the folder writable, then --resume from the last complete checkpoint",
+                step=curr_step,
+            ) from None
+
+    def load(self, step: int = -1) -> bool:
+        try:
+            return super().load(step)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:
+            if isinstance(_root_cause(e), KeyboardInterrupt):
+                raise KeyboardInterrupt from None
+            which = f"step {step}" if step != -1 else "the newest checkpoint"
+            raise TrainingError(
+                f"loading {which} from {self.folder} failed ({_reason(e)}); the checkpoint "
+                "is damaged or was written by a run of another shape: delete that step-N "
+                "folder to resume from an earlier one, or start a new run (--overwrite)"
+            ) from None
+
+
+def check_checkpoint(step_dir: Path) -> None:
+    """Refuse a checkpoint whose files do not hold what its DCP metadata says.
+
+    DCP's ``.metadata`` lists, for every tensor, the file and byte range it lives in; a
+    missing or truncated shard (a full disk, a copy cut short) shows there before any
+    model is built. (Bytes changed inside a shard keep its size: DCP records no
+    checksums, so that is not detected.)
+    """
+    from torch.distributed.checkpoint import FileSystemReader
+
+    if not (step_dir / ".metadata").is_file():
+        if (step_dir / "model.safetensors.index.json").is_file():
+            raise RunFolderError(
+                f"{step_dir} is a Hugging Face export (--export-hf), not a training "
+                f"checkpoint; start a new run from its weights with --init {step_dir}"
+            )
+        raise RunFolderError(f"{step_dir} has no .metadata: not a complete checkpoint")
+    try:
+        storage = FileSystemReader(str(step_dir)).read_metadata().storage_data
+    except Exception as e:
+        raise RunFolderError(
+            f"the checkpoint metadata {step_dir / '.metadata'} is unreadable ({e}); delete "
+            f"{step_dir} to resume from an earlier checkpoint"
+        ) from None
+    needed: dict[str, int] = {}
+    for info in storage.values():
+        end = info.offset + info.length
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
+    for name, end in sorted(needed.items()):
+        path = step_dir / name
+        size = path.stat().st_size if path.is_file() else None
+        if size is None or size < end:
+            what = "is missing" if size is None else f"has {size:,} bytes, not {end:,}"
+            raise RunFolderError(
+                f"checkpoint {step_dir} is damaged: {name} {what}; delete {step_dir} to "
+                "resume from an earlier checkpoint, or start a new run (--overwrite)"
+            )
