@@ -56,7 +56,7 @@ def test_out_folder_with_a_previous_run_is_refused(ten_step_random):
         ({"steps": 0}, "steps must be a positive integer"),
         ({"local_batch_size": -1}, "local_batch_size must be a positive integer"),
         ({"seq_len": 0}, "seq_len must be a positive integer"),
-        ({"lr": 0.0}, "lr must be positive"),
+        ({"lr": 0.0}, "lr must be a positive finite number"),
         ({"seq_len": 10**6}, "beyond the model's context"),
         ({"attention": "flex"}, "FlexAttention.*CUDA only"),
         ({"nproc": 2}, "2-rank run needs --out"),

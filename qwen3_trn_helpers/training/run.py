@@ -62,12 +62,50 @@ def run_spec(
 
     device = resolve_device(spec.device)
     spec = resolve_init(spec, device, progress)
+    check_memory(spec, device)
     if not launches(spec, device):
         return train(spec, progress=progress, verbose=verbose, label=label, on_step=on_step)
 
     from .launch import launch
 
     return launch(spec, device, progress=progress, verbose=verbose, label=label, on_step=on_step)
+
+
+def available_memory_gib() -> float | None:
+    """This machine's free memory (Linux's MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return None
+
+
+def check_memory(spec: RunSpec, device_type: str) -> None:
+    """Refuse, with the numbers, a CPU run whose estimate exceeds the free memory.
+
+    Without this a full-size preset on a laptop dies minutes later in an allocation
+    error, or takes the machine into swap. (On trn2 planning checks each core's HBM.)
+    """
+    if device_type != "cpu" or spec.skip_memory_check:
+        return
+    from .spec import plan_run
+
+    free = available_memory_gib()
+    if free is None:
+        return
+    plan = plan_run(spec, device_type="cpu")
+    per_rank = plan.memory().total_gib
+    ranks_here = spec.nproc
+    if per_rank * ranks_here > free:
+        raise ConfigError(
+            f"preset {plan.preset.name!r} needs about {per_rank * ranks_here:.1f} GiB on this "
+            f"machine ({ranks_here} rank(s) x {per_rank:.1f} GiB: weights, gradients, AdamW "
+            f"state, activations), more than the {free:.1f} GiB free; train a small preset "
+            "(--preset tiny), or pass --skip-memory-check to try anyway"
+        )
 
 
 def launches(spec: RunSpec, device_type: str) -> bool:

