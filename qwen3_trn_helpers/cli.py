@@ -385,6 +385,11 @@ def _set_offline(spec, device_type: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    for stream in (sys.stdout, sys.stderr):
+        # a terminal that cannot show a character (PYTHONIOENCODING=ascii, a C locale)
+        # gets an escape for it, never a crash after the run completed
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     try:
         with terminate_on_sigterm():  # SIGTERM ends a run as Ctrl-C does, children too

@@ -283,10 +283,11 @@ def test_an_ascii_terminal_still_gets_a_clean_run(tmp_path):
     env = dict(os.environ, PYTHONIOENCODING="ascii")
     proc = subprocess.run(
         [sys.executable, "-m", "qwen3_trn_helpers", "train", "--steps", "1",
-         "--out", str(tmp_path / "run")],
+         "--out", str(tmp_path / "café")],  # a path the terminal cannot print
         capture_output=True, text=True, env=env, timeout=300, errors="replace",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-1500:]
+    assert "caf\\xe9" in proc.stdout  # escaped, as the terminal can show it
 
 
 def test_reproduce_labels_follow_steps(tmp_path):
