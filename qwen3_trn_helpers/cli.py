@@ -312,11 +312,14 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from .device import device_report
+    from .device import device_report, torchtitan_stack
     from .lessons.preflight import cpu_matmul_peak
 
     report = device_report()
     print(report)
+    warning = torchtitan_stack().warning
+    if warning:
+        print(f"\nwarning: {warning}")
     if not report.on_trainium:
         gflops = cpu_matmul_peak() / 1e9
         print(f"\nmeasured bf16 matmul peak of this CPU: {gflops:,.0f} GFLOP/s (2048^3, 3 runs)")
