@@ -69,6 +69,8 @@ if [ -n "$neuron_site" ]; then
   for tool in "$neuron_bin"/neuron*; do
     [ -e "$tool" ] && [ ! -e "$VENV/bin/$(basename "$tool")" ] && ln -s "$tool" "$VENV/bin/"
   done
+  # `qwen3-trn reproduce --stack torchtitan-neuron` runs AWS's fork in this interpreter
+  "$PYTHON" -c 'import sys; print(sys.executable)' > "$VENV/neuron-python"
   constraints="$VENV/neuron-constraints.txt"
   printf '%s\n' $neuron_pins > "$constraints"
   extras="$extras,neuron"
