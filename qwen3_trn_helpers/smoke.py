@@ -95,18 +95,29 @@ def check_training_run(run_dir: str | Path, expect: TrainingCheck) -> tuple[bool
             mfu = r.get("mfu_pct")
             if not isinstance(mfu, int | float) or not mfu > 0:
                 return False, f"step {step}: mfu_pct {mfu!r}, expected a reading above 0"
-    resolved: dict = {}
+    manifest: dict = {}
     if expect.corpus or expect.init:
         try:
-            resolved = json.loads((run_dir / "run.json").read_text()).get("resolved", {})
+            manifest = json.loads((run_dir / "run.json").read_text())
         except (OSError, json.JSONDecodeError):
             return False, f"no readable {run_dir / 'run.json'}"
-    for key, wanted in (("corpus", expect.corpus), ("init", expect.init)):
-        if wanted and resolved.get(key) != wanted:
-            return (
-                False,
-                f"run.json says {key} {resolved.get(key)!r}, the rung asked for {wanted!r}",
-            )
+    resolved = manifest.get("resolved", {})
+    if expect.corpus and resolved.get("corpus") != expect.corpus:
+        return False, (
+            f"run.json says corpus {resolved.get('corpus')!r}, the rung asked for {expect.corpus!r}"
+        )
+    # `pretrained` is resolved to the folder of published weights before training, and
+    # run.json records that folder as init_dir: the checkpoint every rank loaded
+    if expect.init == "pretrained" and not manifest.get("init_dir"):
+        return (
+            False,
+            "run.json names no checkpoint folder (init_dir), the rung asked for pretrained",
+        )
+    if expect.init not in (None, "pretrained") and resolved.get("init") != expect.init:
+        return (
+            False,
+            f"run.json says init {resolved.get('init')!r}, the rung asked for {expect.init!r}",
+        )
     last = records[-1]
     said = f"{len(records)} steps, loss {records[0]['loss']:.3f} -> {last['loss']:.3f}"
     said += f", memory {max(r['memory_gib'] for r in records):.2f} GiB"
