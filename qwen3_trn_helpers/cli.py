@@ -105,6 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="10 steps from published weights and from random init, vs AWS's numbers",
     )
     add_spec_arguments(repro, REPRODUCE_FIELDS)
+    repro.add_argument(
+        "--stack",
+        choices=("qwen3-trn", "torchtitan-neuron"),
+        default="qwen3-trn",
+        help="torchtitan-neuron: run AWS's own Qwen3 configuration from its fork "
+        "(aws-neuron/torchtitan-neuron, in the Neuron venv) for the same 10 steps, weights "
+        "and data, and show both stacks' step-1 losses",
+    )
 
     parity = sub.add_parser(
         "parity",
@@ -241,6 +249,14 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args).validate()
     _set_offline(spec.replace(init="pretrained"), resolve_device(spec.device))
+    if args.stack == "torchtitan-neuron":
+        from .lessons.aws_stack import reproduce_on_fork
+
+        result = reproduce_on_fork(spec)
+        print(Table(result["rows"]))
+        print(f"\nAWS's fork: --config {result['config']} in {result['python']}")
+        print(f"stacks:  {result['stacks_json']}")
+        return 0
     rep = reproduce(spec, progress=not args.no_progress)
     print(Table(rep.step_rows()))
     print()
@@ -320,11 +336,14 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from .device import device_report
+    from .device import device_report, torchtitan_stack
     from .lessons.preflight import cpu_matmul_peak
 
     report = device_report()
     print(report)
+    warning = torchtitan_stack().warning
+    if warning:
+        print(f"\nwarning: {warning}")
     if not report.on_trainium:
         gflops = cpu_matmul_peak() / 1e9
         print(f"\nmeasured bf16 matmul peak of this CPU: {gflops:,.0f} GFLOP/s (2048^3, 3 runs)")

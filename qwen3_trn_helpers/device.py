@@ -12,7 +12,8 @@ needs a device (``get_device_properties``, a tensor on ``neuron``, a kernel) and
 keeps its NeuronCores until the process exits; it also refuses to build a process group
 once the runtime is up. ``is_available()`` and ``device_count()`` only ask the runtime
 library how many cores are visible, so a notebook may call them; names, memory and the
-rest of the report come from ``neuron-ls --json-output`` in a child process.
+rest of the report come from ``neuron-ls``'s JSON in a child process (``--output-format
+json`` from Neuron 2.34, ``--json-output`` before).
 """
 
 from __future__ import annotations
@@ -116,22 +117,145 @@ def _version(package: str) -> str | None:
         return None
 
 
-def neuron_ls() -> list[dict] | None:
-    """``neuron-ls --json-output``: one object per Trainium chip (None without the tool).
+#: ``neuron-ls`` JSON flags, newest first. Neuron 2.34 removes ``--json-output`` (``-j``)
+#: and selects its updated JSON with ``--output-format json`` (end-of-support notice of
+#: 16 Oct 2026, announce-intent-eos-neuron-ls-json); up to 2.33 only ``--json-output``
+#: exists. We ask for the new one first and fall back, so both releases work.
+NEURON_LS_FLAGS: tuple[tuple[str, ...], ...] = (("--output-format", "json"), ("--json-output",))
+
+
+def parse_neuron_ls(text: str) -> list[dict] | None:
+    """One dict per Trainium chip from either ``neuron-ls`` JSON output, or None.
+
+    ``--json-output`` (Neuron <= 2.33) prints a list with one object per device. The
+    updated ``--output-format json`` (Neuron 2.34) adds top-level fields for what
+    applies to more than one device (instance, UltraServer), so it is an object that
+    holds the device list. Its field names are not in the documentation we could read,
+    so the device list is the object's first list of objects (``neuron_devices`` or
+    ``devices`` first), and a top-level logical-core setting is copied onto each device
+    under the old name, ``logical_neuroncore_config``, which the report reads.
+    """
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        return None
+    if isinstance(data, list):
+        return [d for d in data if isinstance(d, dict)] if data else []
+    if not isinstance(data, dict):
+        return None
+    lists = [data[k] for k in ("neuron_devices", "devices") if isinstance(data.get(k), list)]
+    lists += [
+        v
+        for v in data.values()
+        if isinstance(v, list) and v and all(isinstance(d, dict) for d in v)
+    ]
+    if not lists:
+        return None
+    lnc = None
+    for holder in (data, data.get("instance") if isinstance(data.get("instance"), dict) else {}):
+        for key in ("logical_neuroncore_config", "logical-neuroncore-config", "lnc"):
+            if key in holder:
+                lnc = holder[key]
+                break
+        if lnc is not None:
+            break
+    devices = [dict(d) for d in lists[0] if isinstance(d, dict)]
+    if lnc is not None:
+        for d in devices:
+            d.setdefault("logical_neuroncore_config", lnc)
+    return devices
+
+
+def neuron_ls_query() -> tuple[list[dict] | None, str]:
+    """(chips, how): the devices ``neuron-ls`` lists and the command that listed them, or
+    (None, one line saying why there is no list).
 
     Runs in a child process, so the Neuron runtime is not started in this one.
     """
     tool = shutil.which("neuron-ls")
     if tool is None:
-        return None
-    try:
-        proc = subprocess.run(
-            [tool, "--json-output"], capture_output=True, text=True, timeout=60, check=True
+        return None, "no neuron-ls on PATH"
+    tried = []
+    for flags in NEURON_LS_FLAGS:
+        command = " ".join(("neuron-ls", *flags))
+        try:
+            proc = subprocess.run([tool, *flags], capture_output=True, text=True, timeout=60)
+        except (subprocess.SubprocessError, OSError) as e:
+            tried.append(f"{command}: {type(e).__name__}")
+            continue
+        devices = parse_neuron_ls(proc.stdout) if proc.returncode == 0 else None
+        if devices is not None:
+            return devices, command
+        said = (proc.stderr or proc.stdout).strip().splitlines()
+        tried.append(f"{command}: {said[0][:120] if said else f'exit status {proc.returncode}'}")
+    return None, "neuron-ls gave no device list (" + "; ".join(tried) + ")"
+
+
+def neuron_ls() -> list[dict] | None:
+    """One object per Trainium chip (None without the tool or without a readable list)."""
+    return neuron_ls_query()[0]
+
+
+@dataclass(frozen=True)
+class TorchtitanStack:
+    """Which torchtitan this process imports, and whether AWS's fork is also installed.
+
+    We train with upstream torchtitan 0.3.0 from this project's ``.venv``. On trn2 that
+    venv also reads the Neuron venv's packages (scripts/setup.sh), where a user may have
+    installed AWS's fork (aws-neuron/torchtitan-neuron: its own ``torchtitan`` plus the
+    ``torchtitan_neuron`` module). Our ``.venv`` comes first on ``sys.path``, so the fork's
+    ``torchtitan`` is shadowed: worth one line, never silence.
+    """
+
+    version: str | None
+    location: str | None
+    fork: str | None  # where AWS's fork is installed, if it is
+
+    @property
+    def warning(self) -> str | None:
+        if self.fork is None:
+            return None
+        return (
+            f"AWS's torchtitan fork is installed ({self.fork}); this process imports "
+            f"torchtitan {self.version} from {self.location}, which shadows it: qwen3-trn "
+            "runs upstream 0.3.0 (README, On Trainium, Notes on the Neuron stack)"
         )
-        devices = json.loads(proc.stdout)
-    except (subprocess.SubprocessError, json.JSONDecodeError, OSError):
-        return None
-    return devices if isinstance(devices, list) else None
+
+
+def find_torchtitan_fork(paths: list[str] | None = None) -> str | None:
+    """Where aws-neuron/torchtitan-neuron is installed on ``paths`` (default: sys.path).
+
+    Looks for the fork's own module (``torchtitan_neuron``) or its distribution (named
+    ``torchtitan-neuron``, or ``torchtitan`` with a ``+neuron`` version, as its
+    0.2.2+neuron.1), without importing anything.
+    """
+    from pathlib import Path
+
+    for entry in paths if paths is not None else sys.path:
+        folder = Path(entry or ".")
+        if not folder.is_dir():
+            continue
+        if (folder / "torchtitan_neuron").is_dir():
+            return str(folder / "torchtitan_neuron")
+        for dist in metadata.distributions(path=[str(folder)]):
+            name = (dist.metadata.get("Name") or "").lower().replace("_", "-")
+            version = dist.version or ""
+            if name == "torchtitan-neuron" or (name == "torchtitan" and "neuron" in version):
+                return f"{name} {version} in {folder}"
+    return None
+
+
+def torchtitan_stack(paths: list[str] | None = None) -> TorchtitanStack:
+    """The torchtitan this interpreter imports (version, folder) and the fork, if any."""
+    from importlib.util import find_spec
+
+    spec = find_spec("torchtitan")  # top-level: found, not imported
+    location = None
+    if spec is not None and spec.origin:
+        from pathlib import Path
+
+        location = str(Path(spec.origin).parent)
+    return TorchtitanStack(_version("torchtitan"), location, find_torchtitan_fork(paths))
 
 
 @dataclass(frozen=True)
@@ -149,6 +273,8 @@ class DeviceReport:
     torch: str
     torch_neuronx: str | None
     torchtitan: str | None
+    torchtitan_from: str | None
+    torchtitan_fork: str | None
     transformers: str | None
     cpu_count: int
     note: str | None
@@ -183,9 +309,13 @@ def device_report() -> DeviceReport:
         accelerator = str(torch.accelerator.current_accelerator())
     lnc = os.environ.get("NEURON_LOGICAL_NC_CONFIG")
     chips = None
+    notes = [device_note()]
     if device_type == "neuron":
         count = int(torch.neuron.device_count())  # type: ignore[attr-defined]
-        devices = neuron_ls() or []
+        listed, how = neuron_ls_query()
+        if listed is None:
+            notes.append(how)
+        devices = listed or []
         chips = len(devices) or None
         name = f"Trainium ({chips} chips)" if chips else "Trainium"
         if lnc is None:
@@ -195,6 +325,8 @@ def device_report() -> DeviceReport:
         name, count = torch.cuda.get_device_name(), torch.cuda.device_count()
     else:
         name, count = platform.processor() or platform.machine() or "cpu", 1
+    stack = torchtitan_stack()
+    notes.append(stack.warning)
     return DeviceReport(
         device_type=device_type,
         device_name=name,
@@ -206,10 +338,12 @@ def device_report() -> DeviceReport:
         python=sys.version.split()[0],
         torch=torch.__version__,
         torch_neuronx=_version("torch-neuronx"),
-        torchtitan=_version("torchtitan"),
+        torchtitan=stack.version,
+        torchtitan_from=stack.location,
+        torchtitan_fork=stack.fork,
         transformers=_version("transformers"),
         cpu_count=os.cpu_count() or 1,
-        note=device_note(),
+        note="; ".join(n for n in notes if n) or None,
     )
 
 

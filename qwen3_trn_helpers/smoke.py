@@ -10,9 +10,18 @@ Each rung checks one layer of the stack, in the order things break on a new mach
 4. ``nki_moe_kernel``: the NKI MoE op against its PyTorch reference, forward and
    gradients, at Qwen3-30B-A3B's expert width with 4 experts and with all 128 of its
    experts (the count the 30b-a3b preset trains with, which no CPU test can reach);
-5. ``tiny_native_2ranks`` and ``tiny_transformers_v5_2ranks``: 3 training steps of the
+5. ``spmd_backends``: one step of the tiny model at tensor parallel 2 on 2 ranks with
+   each of torchtitan 0.3.0's ``parallelism.spmd_backend`` values: which work here;
+6. ``tiny_native_2ranks`` and ``tiny_transformers_v5_2ranks``: 3 training steps of the
    tiny model on 2 ranks through ``qwen3-trn train``;
-6. ``4b_native_64ranks``: 2 steps of the real Qwen3-4B layout on all 64 logical cores.
+7. ``4b_native_64ranks``: 2 steps of the real Qwen3-4B layout on all 64 logical cores,
+   C4 streamed from the hub and the published checkpoint loaded when the network (or
+   the local hub cache) allows, and said so when not.
+
+A training rung passes when its run exits 0 *and* its ``metrics.jsonl`` shows what the
+rung claims (:func:`check_training_run`): every step recorded, finite losses, a memory
+reading above 0 in every record and, where MFU is measured (trn2), MFU above 0, and
+``run.json`` naming the corpus and init the rung asked for.
 
 Every rung runs in its own process with a timeout (a crash or a hang is one failed line,
 not a dead ladder) and prints one line: pass, fail or skip, with the reason and the fix.
@@ -41,9 +50,135 @@ class Rung:
     timeout_s: float
     fix: str
     train: tuple[str, ...] = ()  # a training rung: its `qwen3-trn train` flags
+    notes: tuple[str, ...] = ()  # what the rung could not check here, said in its reason
     status: str = "not run"
     seconds: float = 0.0
     reason: str = ""
+
+
+@dataclass(frozen=True)
+class TrainingCheck:
+    """What a training rung's run folder must show for the rung to pass."""
+
+    steps: int
+    mfu: bool  # MFU is measured (trn2, CUDA); on a CPU it is left out of the records
+    corpus: str | None = None  # run.json's resolved corpus, when the rung asked for one
+    init: str | None = None  # run.json's init, when the rung asked for one
+
+
+def check_training_run(run_dir: str | Path, expect: TrainingCheck) -> tuple[bool, str]:
+    """(passed, one line): does ``run_dir`` show the checks the rung claims?
+
+    A run that exits 0 has not yet shown that memory and MFU are read on this device
+    (torchtitan writes 0 when its memory monitor reads another device's statistics), nor
+    that it trained on the data and weights it was asked for; this reads them back.
+    """
+    from .training.metrics_file import read_metrics
+
+    run_dir = Path(run_dir)
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return False, f"no {path}"
+    records = read_metrics(path)
+    if len(records) != expect.steps:
+        return False, f"{len(records)} of {expect.steps} steps recorded in {path}"
+    for r in records:
+        step = r.get("step")
+        loss = r.get("loss")
+        if not isinstance(loss, int | float) or not math.isfinite(loss):
+            return False, f"step {step}: loss {loss!r} is not a finite number"
+        memory = r.get("memory_gib")
+        if not isinstance(memory, int | float) or not memory > 0:
+            return False, f"step {step}: memory_gib {memory!r}, expected a reading above 0"
+        if expect.mfu:
+            mfu = r.get("mfu_pct")
+            if not isinstance(mfu, int | float) or not mfu > 0:
+                return False, f"step {step}: mfu_pct {mfu!r}, expected a reading above 0"
+    manifest: dict = {}
+    if expect.corpus or expect.init:
+        try:
+            manifest = json.loads((run_dir / "run.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return False, f"no readable {run_dir / 'run.json'}"
+    resolved = manifest.get("resolved", {})
+    if expect.corpus and resolved.get("corpus") != expect.corpus:
+        return False, (
+            f"run.json says corpus {resolved.get('corpus')!r}, the rung asked for {expect.corpus!r}"
+        )
+    # `pretrained` is resolved to the folder of published weights before training, and
+    # run.json records that folder as init_dir: the checkpoint every rank loaded
+    if expect.init == "pretrained" and not manifest.get("init_dir"):
+        return (
+            False,
+            "run.json names no checkpoint folder (init_dir), the rung asked for pretrained",
+        )
+    if expect.init not in (None, "pretrained") and resolved.get("init") != expect.init:
+        return (
+            False,
+            f"run.json says init {resolved.get('init')!r}, the rung asked for {expect.init!r}",
+        )
+    last = records[-1]
+    said = f"{len(records)} steps, loss {records[0]['loss']:.3f} -> {last['loss']:.3f}"
+    said += f", memory {max(r['memory_gib'] for r in records):.2f} GiB"
+    if expect.mfu:
+        said += f", MFU {min(r['mfu_pct'] for r in records):.1f}%"
+    return True, said
+
+
+def full_size_flags(
+    online: bool, checkpoint_cached: bool
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(extra train flags, notes) of ``4b_native_64ranks`` for what this machine reaches.
+
+    The rung checks what ``reproduce`` needs: C4 streamed from the hub (the 4b preset's
+    corpus) and the published Qwen3-4B checkpoint loaded on 64 ranks. Offline it falls
+    back to the embedded corpus and random init and says which checks it did not make.
+    """
+    flags: list[str] = []
+    notes: list[str] = []
+    if not online:
+        flags += ["--corpus", "embedded"]
+        notes.append("C4 not checked (no network: HF_HUB_OFFLINE or the hub unreachable)")
+    if online or checkpoint_cached:
+        flags += ["--init", "pretrained"]
+    else:
+        flags += ["--init", "random"]
+        notes.append("checkpoint load not checked (not in the hub cache and no network)")
+    return tuple(flags), tuple(notes)
+
+
+def _hub_online() -> bool:
+    """Can this machine reach the Hugging Face hub? (False whenever HF_HUB_OFFLINE is set.)"""
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
+        return False
+    import urllib.request
+
+    try:
+        urllib.request.urlopen("https://huggingface.co/api/status", timeout=10)  # noqa: S310
+    except Exception:  # any failure: treat as offline, and the rung says so
+        return False
+    return True
+
+
+def _checkpoint_cached(repo_id: str) -> bool:
+    """Is the checkpoint's config in the local hub cache? (Never touches the network.)"""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:
+        return False
+
+
+def expectation(rung: Rung, on_neuron: bool) -> TrainingCheck:
+    """What a training rung's run must show: its steps, memory, MFU on trn2, data, init."""
+    flags = dict(zip(rung.train[::2], rung.train[1::2], strict=False))
+    corpus = flags.get("--corpus")
+    if corpus is None and flags.get("--preset") == "4b":
+        corpus = "c4"  # the preset's own corpus, streamed from the hub
+    return TrainingCheck(
+        steps=int(flags["--steps"]), mfu=on_neuron, corpus=corpus, init=flags.get("--init")
+    )
 
 
 def _rungs(full_size: bool) -> list[Rung]:
@@ -59,6 +194,9 @@ def _rungs(full_size: bool) -> list[Rung]:
         Rung("nki_moe_kernel", "NKI MoE op = PyTorch reference (fwd, grads)", 1800,
              "check the nki-library version (moe_cte / blockwise_mm_bwd signatures drift); "
              "--moe-impl grouped_mm avoids the kernels"),
+        Rung("spmd_backends", "torchtitan's spmd_backend values at TP 2 on 2 ranks", 2700,
+             "pass another one to every run: qwen3-trn train --spmd-backend NAME (the "
+             "rung's line names those that work)"),
         Rung("tiny_native_2ranks", "tiny native Qwen3, 3 steps on 2 ranks", 1800,
              "read the rung's log; rerun with `qwen3-trn train --debug --verbose`",
              train=("--variant", "native", "--preset", "tiny", "--nproc", "2", "--steps", "3")),
@@ -83,8 +221,6 @@ def _rungs(full_size: bool) -> list[Rung]:
                     "64",
                     "--steps",
                     "2",
-                    "--corpus",
-                    "embedded",
                 ),
             )  # fmt: skip
         )
@@ -149,6 +285,13 @@ def run_ladder(
     for rung in ladder.rungs:
         if rung.name == "4b_native_64ranks" and not on_neuron:
             rung.status, rung.reason = "skip", "needs a trn2.48xlarge (64 logical NeuronCores)"
+        elif rung.name == "4b_native_64ranks":
+            from .model.presets import PRESETS
+
+            online = _hub_online()
+            extra, rung.notes = full_size_flags(online, _checkpoint_cached(PRESETS["4b"].hub_id))
+            rung.train = (*rung.train, *extra)
+            _climb(rung, out, on_neuron, online=online)
         else:
             _climb(rung, out, on_neuron)
         if echo:
@@ -160,12 +303,13 @@ def run_ladder(
     return ladder
 
 
-def _climb(rung: Rung, out: Path, on_neuron: bool) -> None:
+def _climb(rung: Rung, out: Path, on_neuron: bool, online: bool = False) -> None:
     from .training.launch import neuron_rank_environment, stop_process_group
 
     log = out / f"{rung.name}.log"
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    env.setdefault("HF_HUB_OFFLINE", "1")
+    if not online:  # only the full-size rung streams C4 and downloads the checkpoint
+        env.setdefault("HF_HUB_OFFLINE", "1")
     if on_neuron:  # the same logical-core size training launches use
         env = neuron_rank_environment(env)
     started = time.monotonic()
@@ -193,7 +337,11 @@ def _climb(rung: Rung, out: Path, on_neuron: bool) -> None:
     text = stdout + stderr
     log.write_text(text)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    if proc.returncode == 0:
+    if proc.returncode == 0 and rung.train:
+        passed, said = check_training_run(out / rung.name, expectation(rung, on_neuron))
+        rung.status = "pass" if passed else "fail"
+        rung.reason = "; ".join((said, *rung.notes)) + ("" if passed else f" (log: {log})")
+    elif proc.returncode == 0:
         rung.status = "pass"
         said = [ln.removeprefix("ok:").strip() for ln in lines if ln.startswith(("ok:", "steps:"))]
         rung.reason = said[-1] if said else ""
@@ -215,6 +363,15 @@ def _skip(reason: str) -> None:
     sys.exit(SKIP)
 
 
+def _torchtitan_line() -> str:
+    """torchtitan's version and folder, and a warning when AWS's fork is installed too."""
+    from .device import torchtitan_stack
+
+    stack = torchtitan_stack()
+    line = f"torchtitan {stack.version} from {stack.location}"
+    return line + (f"; warning: {stack.warning}" if stack.warning else "")
+
+
 def rung_environment() -> None:
     import shutil
     from importlib import metadata, util
@@ -222,11 +379,12 @@ def rung_environment() -> None:
     missing = []
     if util.find_spec("triton") is None:
         missing.append("triton (torchtitan 0.3.0 imports it)")
+    titan = _torchtitan_line()
     if shutil.which("neuron-ls") is None:
         if missing:
             print(f"fail: missing {', '.join(missing)}: pip install triton")
             sys.exit(1)
-        _skip("no neuron-ls: not a Neuron machine (triton present)")
+        _skip(f"no neuron-ls: not a Neuron machine (triton present; {titan})")
     versions = {}
     for package in ("torch-neuronx", "neuronx-cc", "nki"):
         try:
@@ -245,16 +403,17 @@ def rung_environment() -> None:
         missing.append(
             "neuronx-cc on PATH (activate the Neuron venv, or rerun scripts/setup.sh from it)"
         )
-    from .device import neuron_ls
+    from .device import neuron_ls_query
 
-    chips = neuron_ls()
+    chips, how = neuron_ls_query()
     if not chips:
-        missing.append("neuron-ls --json-output (no devices listed)")
+        missing.append(how if chips is None else f"{how}: no devices listed")
     if missing:
-        print(f"fail: missing {'; '.join(missing)}")
+        print(f"fail: missing {'; '.join(missing)}; {titan}")
         sys.exit(1)
     listed = ", ".join(f"{k} {v}" for k, v in versions.items())
-    print(f"ok: {len(chips)} chips; {listed}; triton and nki-library MoE kernels import")
+    print(f"ok: {len(chips)} chips ({how}); {listed}; triton and nki-library MoE kernels "
+          f"import; {titan}")  # fmt: skip
 
 
 def rung_registration() -> None:
@@ -393,11 +552,62 @@ def rung_nki_moe_kernel() -> None:
           "4 and 128 experts")  # fmt: skip
 
 
+def spmd_backend_command(backend: str, out: Path) -> list[str]:
+    """One step of the tiny native model at tensor parallel 2 on 2 ranks, through
+    torchtitan's own entry point (our config registry), with ``backend``.
+
+    TP is where the backends differ (torchtitan 0.3.0's Qwen3 parallelize and loss
+    branch on it), and the 4b preset trains at TP 4, so the rung uses TP, not FSDP alone.
+    """
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc-per-node=2", "-m", "torchtitan.train", "--module", "qwen3_trn_helpers",
+            "--config", "qwen3_trn_tiny_native", "--training.steps", "1",
+            "--parallelism.tensor_parallel_degree", "2",
+            "--parallelism.spmd_backend", backend, "--dump_folder", str(out / backend)]  # fmt: skip
+
+
+def summarize_backends(results: dict[str, tuple[bool, str]], default: str) -> tuple[bool, str]:
+    """(passed, line) of the spmd_backends rung: passes when the default backend works."""
+    works = [b for b, (ok, _) in results.items() if ok]
+    fails = [f"{b} ({why})" for b, (ok, why) in results.items() if not ok]
+    line = f"work here: {', '.join(works) or 'none'}"
+    if fails:
+        line += f"; fail: {'; '.join(fails)}"
+    if default in works:
+        return True, f"{line}; our default {default!r} works"
+    if works:
+        return False, f"{line}; our default {default!r} does not: pass --spmd-backend {works[0]}"
+    return False, f"{line}; none works: read the rung's log"
+
+
+def rung_spmd_backends() -> None:
+    """Each spmd_backend in turn (one child torchrun each); says which work here."""
+    import tempfile
+
+    from .training.spec import SPMD_BACKENDS, RunSpec
+
+    out = Path(tempfile.mkdtemp(prefix="qwen3-trn-spmd-"))
+    results: dict[str, tuple[bool, str]] = {}
+    for backend in SPMD_BACKENDS:
+        proc = subprocess.run(spmd_backend_command(backend, out), capture_output=True,
+                              text=True, timeout=900)  # fmt: skip
+        print(f"--- {backend}: exit status {proc.returncode}\n{proc.stdout[-3000:]}"
+              f"{proc.stderr[-6000:]}", file=sys.stderr)  # fmt: skip
+        errors = [ln.strip() for ln in proc.stderr.splitlines() if "Error" in ln]
+        why = errors[-1][:160] if errors else f"exit status {proc.returncode}"
+        results[backend] = (proc.returncode == 0, "" if proc.returncode == 0 else why)
+    default = RunSpec().spmd_backend
+    passed, line = summarize_backends(results, default)
+    print(("ok: " if passed else "fail: ") + line)
+    sys.exit(0 if passed else 1)
+
+
 RUNG_BODIES = {
     "environment": rung_environment,
     "registration": rung_registration,
     "collectives": rung_collectives,
     "nki_moe_kernel": rung_nki_moe_kernel,
+    "spmd_backends": rung_spmd_backends,
 }
 
 if __name__ == "__main__":

@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# One command: local venv, install, offline assets, then the 10-step walkthrough headless.
+# One command: local venv, install, offline assets, then the first check of the machine.
 #
-#   scripts/setup.sh                 # everything (CPU: tiny Qwen3; trn2: see README)
+#   scripts/setup.sh                 # everything (CPU: the 10-step walkthrough headless;
+#                                    #   trn2: the smoke ladder, see README)
 #   scripts/setup.sh --install-only  # just the environment (what scripts/test.sh uses)
+#
+# On trn2 the first thing to run on the Neuron device is the smoke ladder, not a
+# training run: each rung runs in its own process with a timeout and smoke/smoke.json
+# records every rung, so a failure is one line with its fix and a file to attach. (A
+# training run as setup's last step would fail setup on the first Neuron problem and
+# leave no record.) The 64-rank Qwen3-4B rung compiles for a long time; setup leaves it
+# out and prints the command.
 #
 # On trn2, run it from the activated Neuron venv (the DLAMI's
 # /opt/aws_neuronx_venv_torch_neuronx_2_14_*). The new .venv then reads that venv's
@@ -61,6 +69,8 @@ if [ -n "$neuron_site" ]; then
   for tool in "$neuron_bin"/neuron*; do
     [ -e "$tool" ] && [ ! -e "$VENV/bin/$(basename "$tool")" ] && ln -s "$tool" "$VENV/bin/"
   done
+  # `qwen3-trn reproduce --stack torchtitan-neuron` runs AWS's fork in this interpreter
+  "$PYTHON" -c 'import sys; print(sys.executable)' > "$VENV/neuron-python"
   constraints="$VENV/neuron-constraints.txt"
   printf '%s\n' $neuron_pins > "$constraints"
   extras="$extras,neuron"
@@ -79,6 +89,20 @@ fi
 
 "$VENV/bin/qwen3-trn" assets
 [ "$install_only" = 1 ] && exit 0
+
+if [ -n "$neuron_site" ]; then
+  echo "Neuron venv: climbing the smoke ladder (each rung in its own process; smoke/smoke.json)"
+  status=0
+  "$VENV/bin/qwen3-trn" smoke --no-full-size --out smoke || status=$?
+  if [ "$status" = 0 ]; then
+    echo "next: $VENV/bin/qwen3-trn smoke --rung 4b_native_64ranks   (64 ranks, compiles for minutes)"
+    echo "then: $VENV/bin/qwen3-trn reproduce --variant native"
+  else
+    echo "setup installed everything, but the smoke ladder failed: read the fix on each" \
+      "failed rung above; attach smoke/smoke.json to a bug report" >&2
+  fi
+  exit "$status"
+fi
 
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
 "$VENV/bin/qwen3-trn" train --variant native --steps 10 --local-batch-size 1 \

@@ -112,3 +112,61 @@ def test_setup_refuses_a_cpu_venv_that_would_hide_the_neuron_torch(neuron_venv, 
     )  # fmt: skip
     assert proc.returncode == 1
     assert "has its own torch" in proc.stderr and f"rm -rf {target}" in proc.stderr
+
+
+def _prepared_venv(target: Path, stamp_inputs: bytes, cli_status: str) -> Path:
+    """A project venv as a previous install left it (stamp current, so setup skips pip),
+    whose ``qwen3-trn`` is a stand-in that records its arguments: this tests setup's
+    order of steps, not our CLI (other tests cover that)."""
+    import hashlib
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target)], check=True)
+    (target / ".qwen3-trn-installed").write_text(hashlib.sha256(stamp_inputs).hexdigest() + "\n")
+    calls = target / "calls.txt"
+    stand_in = target / "bin" / "qwen3-trn"
+    stand_in.write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\ncase "$1" in smoke) exit {cli_status};; esac\nexit 0\n'
+    )
+    stand_in.chmod(0o755)
+    return calls
+
+
+def _neuron_stamp() -> bytes:
+    from importlib import metadata
+
+    pins = f"torch=={metadata.version('torch')}\ntorch-neuronx==2.14.3.0\n"
+    return (ROOT / "pyproject.toml").read_bytes() + pins.encode()
+
+
+@pytest.mark.parametrize("ladder_status", [0, 1])
+def test_setup_on_trn2_climbs_the_ladder_instead_of_training(neuron_venv, tmp_path, ladder_status):
+    target = tmp_path / "project-venv"
+    calls = _prepared_venv(target, _neuron_stamp(), str(ladder_status))
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "setup.sh")],
+        cwd=ROOT, env=_setup_env(neuron_venv, target, tmp_path), capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert "installing:" not in proc.stdout  # the stamp was current: no pip here
+    steps = calls.read_text().splitlines()
+    assert steps == ["assets", "smoke --no-full-size --out smoke"]  # never `train`
+    assert proc.returncode == ladder_status, proc.stdout + proc.stderr
+    if ladder_status:
+        assert "attach smoke/smoke.json" in proc.stderr
+    else:
+        assert "qwen3-trn smoke --rung 4b_native_64ranks" in proc.stdout
+
+
+def test_setup_on_a_cpu_keeps_its_ten_step_run(tmp_path):
+    target = tmp_path / "cpu-project-venv"
+    calls = _prepared_venv(target, (ROOT / "pyproject.toml").read_bytes(), "1")
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "setup.sh")],
+        cwd=ROOT, env={**os.environ, "PYTHON": sys.executable, "QWEN3_TRN_VENV": str(target)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Neuron venv detected" not in proc.stdout
+    steps = calls.read_text().splitlines()
+    assert steps[0] == "assets" and len(steps) == 2
+    assert steps[1].startswith("train --variant native --steps 10 --local-batch-size 1")

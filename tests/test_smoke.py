@@ -31,6 +31,7 @@ def test_ladder_on_a_cpu(tmp_path):
     }
     reasons = {r["name"]: r["reason"] for r in ladder["rungs"]}
     assert "not a Neuron machine" in reasons["environment"]
+    assert "torchtitan 0.3.0 from " in reasons["environment"]  # which torchtitan, where
     assert "torch-neuronx is not loaded" in reasons["registration"]
     assert "2 ranks on cpu (gloo)" in reasons["collectives"]
     assert all(r["seconds"] >= 0 for r in ladder["rungs"])

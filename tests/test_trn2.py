@@ -258,3 +258,121 @@ def test_one_rank_on_trn2_still_trains_in_a_child(monkeypatch):
     assert launches(RunSpec(), "neuron")
     assert not launches(RunSpec(), "cpu")
     assert launches(RunSpec(nproc=2, out="x"), "cpu")
+
+
+class _RecordingWrap:
+    """Stands in for torch_neuronx.nki_hop.wrap_nki: records what the adapter hands it
+    (the kernel, the grid, every argument) and returns zeros of the kernel's output
+    shapes. No kernel math runs: that is the trn2 rung's job."""
+
+    def __init__(self, outputs):
+        self.outputs = outputs
+        self.calls = []
+
+    def __call__(self, kernel):
+        wrap = self
+
+        class Wrapped:
+            def __getitem__(self, grid):
+                def launch(*args, **kwargs):
+                    wrap.calls.append({"kernel": kernel, "grid": grid, "args": args,
+                                       "kwargs": kwargs})  # fmt: skip
+                    return list(wrap.outputs)  # the bridge may hand back a list
+
+                return launch
+
+        return Wrapped()
+
+
+def _moe_inputs(T=8, H=16, I=8, E=4, K=2, B=4):  # noqa: E741 (the kernels' names)
+    from qwen3_trn_helpers.model.moe_blockwise import blockwise_mapping
+    from qwen3_trn_helpers.model.nki_moe import kernel_inputs
+
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    ids = torch.stack([torch.randperm(E)[:K] for _ in range(T)])
+    pos, b2e = blockwise_mapping(ids, E, B)
+    aff = torch.zeros(T + 1, E).scatter(1, ids, torch.rand(T, K))
+    x = torch.randn(T + 1, H)
+    return kernel_inputs(x, aff, torch.randn(E, H, 2, I), torch.randn(E, I, H), pos, b2e)
+
+
+def _check_handed(call, kernel, grid):
+    import torch
+
+    assert call["kernel"] is kernel and call["kwargs"] == {}
+    assert call["grid"] == grid and isinstance(call["grid"], tuple)
+    for arg in call["args"]:
+        assert isinstance(arg, torch.Tensor) or (isinstance(arg, int) and hash(arg) == arg)
+    floats = {
+        a.dtype for a in call["args"] if isinstance(a, torch.Tensor) and a.is_floating_point()
+    }
+    assert floats == {torch.bfloat16}  # one float dtype for every tensor
+
+
+@pytest.mark.parametrize("lnc", ["2", "1"])
+def test_nki_launch_forward_hands_the_wrapper_tensors_and_the_lnc_grid(monkeypatch, lnc):
+    import torch
+
+    from qwen3_trn_helpers.model import nki_moe
+
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", lnc)
+    inputs = _moe_inputs()
+    hidden, aff, gate_up, down, pos, b2e = inputs
+    assert aff.shape == (9 * 4, 1) and b2e.shape[1] == 1
+    assert pos.dtype == b2e.dtype == torch.int32
+    kernel = object()  # the trace-mode moe_cte wrapper on trn2
+    wrap = _RecordingWrap([torch.zeros(9, 16), torch.zeros(1), torch.zeros(1)])
+    out = nki_moe.launch_forward(wrap, kernel, inputs, block_size=4)
+    assert isinstance(out, tuple) and len(out) == 3
+    (call,) = wrap.calls
+    _check_handed(call, kernel, (int(lnc),))
+    assert call["args"][:6] == inputs and call["args"][6] == 4
+
+
+def test_nki_launch_backward_hands_nki_librarys_order(monkeypatch):
+    import torch
+
+    from qwen3_trn_helpers.model import nki_moe
+
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "2")
+    hidden, aff, gate_up, down, pos, b2e = _moe_inputs()
+    acts_T, acts = torch.ones(3, dtype=torch.bfloat16), torch.ones(5, dtype=torch.bfloat16)
+    d_out = torch.randn(16, 9, dtype=torch.bfloat16).t()  # not contiguous
+    kernel = object()  # nki-library's blockwise_mm_bwd on trn2
+    wrap = _RecordingWrap([hidden, aff, gate_up, down])
+    saved = (hidden, aff, gate_up, down, pos, b2e, acts_T, acts)
+    grads = nki_moe.launch_backward(wrap, kernel, saved, d_out, 4)
+    assert len(grads) == 4
+    (call,) = wrap.calls
+    _check_handed(call, kernel, (2,))
+    args = call["args"]
+    assert args[:6] == (hidden, aff, gate_up, down, acts_T, acts)
+    assert args[6] is pos and args[7] is b2e and args[9] == 4
+    assert args[8].is_contiguous() and torch.equal(args[8], d_out)
+
+
+def test_nki_launch_refuses_an_unhashable_argument():
+    from dataclasses import dataclass
+
+    from qwen3_trn_helpers.errors import ConfigError
+    from qwen3_trn_helpers.model import nki_moe
+
+    @dataclass
+    class Spec:  # as nki-library's MoECTESpec: a mutable dataclass, unhashable
+        implementation: int = 1
+
+    wrap = _RecordingWrap([])
+    with pytest.raises(ConfigError, match="argument 1 is a Spec, which .* cannot hash"):
+        nki_moe.launch(wrap, object(), *_moe_inputs()[:1], Spec())
+    with pytest.raises(ConfigError, match="argument 0 is a list"):
+        nki_moe.launch(wrap, object(), [1, 2])
+    assert wrap.calls == []
+
+
+def test_nki_launch_refuses_a_tuple_holding_a_list():
+    from qwen3_trn_helpers.errors import ConfigError
+    from qwen3_trn_helpers.model import nki_moe
+
+    with pytest.raises(ConfigError, match=r"argument 0 \(tuple\) is not hashable"):
+        nki_moe.launch(_RecordingWrap([]), object(), (1, [2]))

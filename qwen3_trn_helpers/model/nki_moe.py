@@ -1,28 +1,36 @@
 """Trainium only: the blockwise MoE experts on nki-library's NKI kernels.
 
-CI cannot run this module (there is no Trainium machine in CI) and no test imports it;
-it is written against the documented APIs (Neuron SDK 2.33: ``nki.jit``,
-``torch_neuronx.nki_op``; aws-neuron/nki-library ``moe_cte`` and the experimental
-``blockwise_mm_bwd``) and checked on trn2 by the smoke ladder's ``nki_moe_kernel`` rung
-(``qwen3-trn smoke``), which compares it with the PyTorch reference, forward and
-gradients.
+CI cannot run the kernels (there is no Trainium machine in CI). The launch itself (what
+is handed to torch-neuronx's NKI wrapper: the grid and every argument) is plain Python
+and tested on a CPU with a recording stand-in for the wrapper
+(``tests/test_trn2.py::test_nki_launch_*``); the kernels' results are checked on trn2 by
+the smoke ladder's ``nki_moe_kernel`` rung (``qwen3-trn smoke``), which compares them
+with the PyTorch reference, forward and gradients.
 
 - forward: ``moe_cte`` with ``MoECTESpec(shard_on_i, ShardOnIConfig(checkpoint_activation
   =True))`` returns the output and the two activation checkpoints the backward needs;
-- backward: ``blockwise_mm_bwd`` returns d_hidden, d_affinities, d_gate_up, d_down;
+- backward: ``blockwise_mm_bwd`` (an ``@nki.jit`` kernel in nki-library's
+  ``experimental/moe/bwd``) returns d_hidden, d_affinities, d_gate_up, d_down;
 - registration: ``torch_neuronx.nki_op`` makes the pair one PyTorch custom op, and the
-  op's ``register_autograd`` attaches the backward.
+  op's ``register_autograd`` attaches the backward (Neuron docs, "How to work with NKI
+  kernels from torch-neuronx", 2.33).
 
-Three launch rules, each a defect if broken:
+How a kernel is launched from torch on the native ``neuron`` device, as vllm-neuron's
+``functional/moe/moe_cte.py`` and torch-neuronx's own NKI tests do it: the kernel is
+wrapped first, ``torch_neuronx.nki_hop.wrap_nki(kernel)``, and the wrapped callable is
+launched with the grid, ``wrapped[grid](...)`` ("grid goes on the wrapper, not on the
+kernel"). Calling the ``@nki.jit`` object itself with torch tensors is not that path.
+Three rules, each a defect if broken:
 
-- the grid: a kernel launched without one runs on one physical core; nki-library tests
-  these kernels at LNC 2 and vllm-neuron launches its MoE kernel as ``kernel[2]``. We
-  launch with the logical core's size (``NEURON_LOGICAL_NC_CONFIG``, trn2 default 2),
-  which must also match the compiler's LNC;
-- hashable arguments: the torch-to-NKI bridge hashes every non-tensor argument to key
-  its kernel cache, and ``MoECTESpec`` (a mutable dataclass) is not hashable, so the
-  spec is built inside a trace-mode wrapper that takes only tensors and flat scalars
-  (vllm-neuron's ``functional/moe/moe_cte.py`` does the same);
+- the grid: a kernel launched without one runs on one physical core; nki.jit's docs say
+  the LNC degree given at the call site must match ``NEURON_LOGICAL_NC_CONFIG``. We
+  launch with the logical core's size as a one-dimensional grid tuple,
+  ``(NEURON_LOGICAL_NC_CONFIG,)`` (trn2 default 2; vllm-neuron writes ``[2]``);
+- hashable arguments: the bridge keys its compiled-kernel cache on every non-tensor
+  argument, and ``MoECTESpec`` (a mutable dataclass) is not hashable, so the spec is
+  built inside a trace-mode kernel (``nki.jit(mode="trace")``) from flat scalars, as
+  vllm-neuron's ``_torch_compatible_moe_cte_kernel`` does; :func:`launch` refuses any
+  other non-tensor argument that cannot be hashed;
 - one dtype: the kernels want every float tensor in the same dtype (bf16 here).
 
 The tensor layouts are exactly those of
@@ -33,11 +41,95 @@ prove equal to torchtitan's own MoE; shapes the kernels reject never get here
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
+from typing import Any
+
 import torch
 
+from ..errors import ConfigError
 from ..trn2 import lnc_from_env
 
 _OP = None
+
+
+def kernel_grid() -> tuple[int]:
+    """The launch grid: one program per physical core of the logical core."""
+    return (lnc_from_env(),)
+
+
+def launch(wrap: Callable[[Any], Any], kernel: Any, *args: Any) -> Any:
+    """``wrap(kernel)[kernel_grid()](*args)``, after checking what the bridge can take.
+
+    ``wrap`` is ``torch_neuronx.nki_hop.wrap_nki`` on trn2 (a recording stand-in in the
+    CPU tests). Every argument must be a tensor or a hashable scalar: the bridge hashes
+    non-tensor arguments to key its kernel cache, and an unhashable one fails only
+    there, deep in a Neuron stack trace.
+    """
+    for i, arg in enumerate(args):
+        if isinstance(arg, torch.Tensor):
+            continue
+        if not isinstance(arg, Hashable) or isinstance(arg, list | dict | set):
+            raise ConfigError(
+                f"NKI kernel argument {i} is a {type(arg).__name__}, which torch-neuronx's "
+                "NKI bridge cannot hash: pass tensors and flat scalars, and build config "
+                "objects inside the trace-mode kernel"
+            )
+        try:
+            hash(arg)
+        except TypeError:
+            raise ConfigError(
+                f"NKI kernel argument {i} ({type(arg).__name__}) is not hashable"
+            ) from None
+    return wrap(kernel)[kernel_grid()](*args)
+
+
+def kernel_inputs(
+    hidden_states: torch.Tensor,
+    expert_affinities: torch.Tensor,
+    gate_up_proj_weight: torch.Tensor,
+    down_proj_weight: torch.Tensor,
+    token_position_to_id: torch.Tensor,
+    block_to_expert: torch.Tensor,
+) -> tuple[torch.Tensor, ...]:
+    """The reference's tensors in the kernels' dtypes and layouts (bf16 floats, int32
+    indices, affinities flattened to [(T+1)*E, 1], block_to_expert [N, 1])."""
+    dtype = torch.bfloat16  # the kernels want one float dtype for every tensor
+    return (
+        hidden_states.to(dtype),
+        expert_affinities.reshape(-1, 1).to(dtype),
+        gate_up_proj_weight.to(dtype).contiguous(),
+        down_proj_weight.to(dtype).contiguous(),
+        token_position_to_id.to(torch.int32),
+        block_to_expert.to(torch.int32).reshape(-1, 1),
+    )
+
+
+def launch_forward(
+    wrap: Callable[[Any], Any], kernel: Any, inputs: tuple[torch.Tensor, ...], block_size: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """moe_cte: (output, gate_up activations^T, down activations) for the backward."""
+    # the op's schema says a tuple of three tensors; the bridge may hand back a list
+    return tuple(launch(wrap, kernel, *inputs, int(block_size)))
+
+
+def launch_backward(
+    wrap: Callable[[Any], Any],
+    kernel: Any,
+    saved: tuple[torch.Tensor, ...],
+    d_out: torch.Tensor,
+    block_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """blockwise_mm_bwd: (d_hidden, d_affinities, d_gate_up, d_down).
+
+    ``saved`` is what the forward kept: hidden, affinities, gate_up, down, positions,
+    block_to_expert, gate_up activations^T, down activations; the kernel takes them in
+    nki-library's order (activations before the index tensors).
+    """
+    hidden, aff, gate_up, down, pos, b2e, gate_up_act_T, down_act = saved
+    return tuple(launch(
+        wrap, kernel, hidden, aff, gate_up, down, gate_up_act_T, down_act, pos, b2e,
+        d_out.contiguous(), int(block_size),
+    ))  # fmt: skip
 
 
 def _register():
@@ -55,6 +147,7 @@ def _register():
     )
     from nkilib.experimental.moe.bwd.blockwise_mm_backward import blockwise_mm_bwd
     from torch_neuronx import nki_op
+    from torch_neuronx.nki_hop import wrap_nki
 
     @nki.jit(mode="trace")
     def moe_cte_for_training(
@@ -97,12 +190,9 @@ def _register():
         block_to_expert: torch.Tensor,
         block_size: int,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        grid = lnc_from_env()
-        # the op's schema says a tuple of three tensors; the bridge may hand back a list
-        return tuple(moe_cte_for_training[grid](
-            hidden_states, affinities_flat, gate_up, down, position_to_id, block_to_expert,
-            block_size,
-        ))  # fmt: skip
+        inputs = (hidden_states, affinities_flat, gate_up, down, position_to_id,
+                  block_to_expert)  # fmt: skip
+        return launch_forward(wrap_nki, moe_cte_for_training, inputs, block_size)
 
     def setup_context(ctx, inputs, output):
         hidden, aff, gate_up, down, pos, b2e, block_size = inputs
@@ -111,13 +201,10 @@ def _register():
         ctx.block_size = block_size
 
     def backward(ctx, d_out, _d_gate_up_act, _d_down_act):
-        hidden, aff, gate_up, down, pos, b2e, gate_up_act_T, down_act = ctx.saved_tensors
-        grid = lnc_from_env()
-        d_hidden, d_aff, d_gate_up, d_down = blockwise_mm_bwd[grid](
-            hidden, aff, gate_up, down, gate_up_act_T, down_act, pos, b2e,
-            d_out.contiguous(), ctx.block_size,
-        )  # fmt: skip
-        return d_hidden, d_aff, d_gate_up, d_down, None, None, None
+        grads = launch_backward(
+            wrap_nki, blockwise_mm_bwd, ctx.saved_tensors, d_out, ctx.block_size
+        )
+        return (*grads, None, None, None)
 
     blockwise_moe.register_autograd(backward, setup_context=setup_context)
     _OP = blockwise_moe
@@ -135,14 +222,9 @@ def blockwise_experts_nki(
 ) -> torch.Tensor:
     """Same contract as ``blockwise_experts_reference``, on the NKI kernels."""
     op = _register()
-    dtype = torch.bfloat16  # the kernels want one float dtype for every tensor
-    out, _, _ = op(
-        hidden_states.to(dtype),
-        expert_affinities.reshape(-1, 1).to(dtype),  # [(T+1)*E, 1], the kernel's layout
-        gate_up_proj_weight.to(dtype).contiguous(),
-        down_proj_weight.to(dtype).contiguous(),
-        token_position_to_id.to(torch.int32),
-        block_to_expert.to(torch.int32).reshape(-1, 1),
-        block_size,
-    )
+    inputs = kernel_inputs(
+        hidden_states, expert_affinities, gate_up_proj_weight, down_proj_weight,
+        token_position_to_id, block_to_expert,
+    )  # fmt: skip
+    out, _, _ = op(*inputs, block_size)
     return out.to(hidden_states.dtype)

@@ -28,6 +28,9 @@ from ..model.variants import VARIANTS, get_variant
 ATTENTION = ("auto", "document", "causal", "flex")
 MOE_IMPLS = ("blockwise", "grouped_mm")
 PRECISIONS = ("bfloat16", "float32")
+#: torchtitan 0.3.0's ``ParallelismConfig.spmd_backend`` values (a Literal there; its
+#: default is "spmd_types"); a test compares this tuple with torchtitan's.
+SPMD_BACKENDS = ("spmd_types", "full_dtensor", "partial_dtensor")
 
 
 def _param(default: Any, help: str, **cli: Any) -> Any:
@@ -108,6 +111,13 @@ class RunSpec:
         "bfloat16",
         "dtype of the forward/backward (FSDP mixed precision); float32 for exact comparisons",
         choices=PRECISIONS,
+    )
+    spmd_backend: str = _param(
+        "spmd_types",
+        "torchtitan's parallelism.spmd_backend, set explicitly: spmd_types is torchtitan "
+        "0.3.0's default and what its own Qwen3 configs pin; `qwen3-trn smoke` (rung "
+        "spmd_backends) shows which work on this machine",
+        choices=SPMD_BACKENDS,
     )
     tensorboard: bool = _param(False, "also write torchtitan's TensorBoard events to OUT/tb")
     checkpoint_interval: int = _param(

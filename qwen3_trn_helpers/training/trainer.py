@@ -216,6 +216,9 @@ def trainer_config(
         parallelism=ParallelismConfig(
             data_parallel_replicate_degree=plan.dp_replicate,  # HSDP across nodes
             tensor_parallel_degree=plan.tp,
+            # explicit, not torchtitan's default: no public record shows any value on
+            # Neuron, so it is a run parameter and the smoke ladder tries each
+            spmd_backend=spec.spmd_backend,
         ),
         checkpoint=Qwen3TrnCheckpointManager.Config(
             enable=bool(init_dir or saves),
