@@ -32,6 +32,7 @@ attach it to a bug report.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
