@@ -25,6 +25,23 @@ def test_run_button_trains_and_updates_widgets(tmp_path):
     panel.steps.value = 1
     panel.run_button.click()
     assert len(panel.results) == 2 and panel.results[1].spec.variant == "nki_moe"
+    # both finished runs are kept for the plot: the second was drawn over the first
+    assert list(panel.curves) == [
+        "run 1: native, random init, 2 steps",
+        "run 2: nki_moe, random init, 1 steps",
+    ]
+    assert [len(r) for r in panel.curves.values()] == [2, 1]
+
+
+def test_difference_panel_needs_two_curves():
+    from qwen3_trn_helpers.lessons.plots import loss_figure
+
+    a = [{"step": 1, "loss": 12.0}, {"step": 2, "loss": 11.0}]
+    b = [{"step": 1, "loss": 12.0001}, {"step": 2, "loss": 11.0}]
+    fig = loss_figure({"a": a, "b": b}, difference=True)
+    assert len(fig.axes) == 2 and fig._repr_png_().startswith(PNG)
+    with pytest.raises(ValueError, match="exactly two curves"):
+        loss_figure({"a": a}, difference=True)
 
 
 def test_errors_show_in_the_panel_and_release_the_button(tmp_path):

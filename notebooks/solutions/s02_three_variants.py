@@ -1,6 +1,5 @@
 """Solutions to the exercises of 02_three_variants (tested by tests/test_solutions.py)."""
 
-import statistics
 from pathlib import Path
 
 from qwen3_trn_helpers import run
@@ -27,8 +26,14 @@ def exercise_1(checkpoint: Path):
         return parity(checkpoint)
 
 
-def exercise_2(workdir: Path) -> dict[str, float]:
-    """Median step time of the two expert implementations, and why they barely differ.
+def exercise_2(workdir: Path, rounds: int = 2) -> dict[str, float]:
+    """Fastest step time of the two expert implementations, and why they barely differ.
+
+    The runs alternate (blockwise, grouped_mm, blockwise, grouped_mm, ...) and each
+    implementation keeps its fastest step after step 1 over all its runs: on a shared
+    machine another process slows whichever run it overlaps, so a median of one run each
+    can put either implementation first; alternating spreads that load over both, and the
+    minimum is the time least disturbed by it.
 
     256 tokens x top-2 = 512 pairs in blocks of 64 over 8 experts: 15 blocks, 960 slots,
     47% padding, which the blockwise reference computes and grouped_mm does not. But the
@@ -38,10 +43,15 @@ def exercise_2(workdir: Path) -> dict[str, float]:
     each other (scripts/bench_steps.py: 930 vs 919 ms). At Qwen3-30B-A3B's 128 experts
     and short sequences, padding is most of the expert work (the table in section 6).
     """
-    times = {}
-    for impl in ("blockwise", "grouped_mm"):
-        result = run("nki_moe", moe_impl=impl, steps=6, out=workdir / impl, progress=False)
-        times[impl] = statistics.median(m["step_time_s"] for m in result.metrics[1:])
+    seen: dict[str, list[float]] = {"blockwise": [], "grouped_mm": []}
+    for i in range(rounds):
+        for impl in seen:
+            result = run(
+                "nki_moe", moe_impl=impl, steps=6, out=workdir / f"{impl}-{i}", progress=False
+            )
+            # leave out step 1, which also pays for one-time work (on trn2: compilation)
+            seen[impl] += [m["step_time_s"] for m in result.metrics[1:]]
+    times = {impl: min(steps) for impl, steps in seen.items()}
     times["padding"] = padding_fraction(tokens=256, top_k=2, experts=8, block=64)
     shape = PRESETS["tiny_moe"].shape
     padded_slots = 960 - 512

@@ -2,7 +2,9 @@
 
 All the logic is here (tested by driving the widgets from Python: ``panel.run_button
 .click()``); the notebook cell only displays the panel. The plot is an ``Image`` widget
-re-rendered after every step, so no ``clear_output`` juggling is needed.
+re-rendered after every step, so no ``clear_output`` juggling is needed. Each run is
+drawn over the runs before it (random vs pretrained, one variant vs another), so the
+plot compares them; re-run the cell for an empty plot.
 """
 
 from __future__ import annotations
@@ -19,10 +21,16 @@ from ..model.shapes import VOCAB_SIZE
 from ..model.variants import VARIANTS
 
 
-def render_png(records: list[dict[str, Any]], title: str) -> bytes:
+def render_png(
+    records: list[dict[str, Any]],
+    title: str,
+    earlier: dict[str, list[dict[str, Any]]] | None = None,
+) -> bytes:
+    """The running curve (``title``) drawn over the finished runs in ``earlier``."""
     from .plots import loss_figure
 
-    return loss_figure({title: records}, ln_vocab=math.log(VOCAB_SIZE), title=title)._repr_png_()
+    curves = {**(earlier or {}), title: records}
+    return loss_figure(curves, ln_vocab=math.log(VOCAB_SIZE), title=title)._repr_png_()
 
 
 class TrainingPanel:
@@ -45,6 +53,8 @@ class TrainingPanel:
             value=render_png([], "no run yet"), format="png", layout=w.Layout(width="640px")
         )
         self.results: list[Any] = []
+        # finished runs' curves (label -> records): every later plot overlays them
+        self.curves: dict[str, list[dict[str, Any]]] = {}
         self.run_button.on_click(self._on_click)
         self.widget = w.VBox(
             [
@@ -61,11 +71,11 @@ class TrainingPanel:
         self.progress.value = record["step"]
         self.progress.description = f"step {record['step']}"
         self.status.value = f"step {record['step']}: loss <b>{record['loss']:.3f}</b>"
-        self.plot.value = render_png(records, title)
+        self.plot.value = render_png(records, title, self.curves)
 
     def _on_click(self, _button: w.Button | None = None) -> None:
         variant, init, steps = self.variant.value, self.init.value, self.steps.value
-        title = f"{variant}, {init} init"
+        title = f"run {len(self.results) + 1}: {variant}, {init} init, {steps} steps"
         records: list[dict[str, Any]] = []
         self.run_button.disabled = True
         self.progress.max, self.progress.value = steps, 0
@@ -90,6 +100,7 @@ class TrainingPanel:
         finally:
             self.run_button.disabled = False
         self.results.append(result)
+        self.curves[title] = records
         self.status.value = (
             f"done: {len(result.metrics)} steps, loss {result.losses[0]:.3f} -> "
             f"{result.losses[-1]:.3f} ({result.wall_s:.1f} s); metrics in {result.metrics_path}"

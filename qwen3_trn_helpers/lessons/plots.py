@@ -33,19 +33,37 @@ def loss_figure(
     title: str = "Training loss",
     reference: Mapping[str, float] | None = None,
     ln_vocab: float | None = None,
+    difference: bool = False,
 ):
     """One line per run (label -> metrics records); optional step-1 reference points.
+
+    ``difference=True`` (exactly two curves) adds a panel below with the second curve
+    minus the first, step by step: two runs that agree to 1e-4 draw one line on top of
+    the other, and only their difference shows that both are there. Later curves are
+    drawn dashed over earlier ones for the same reason.
 
     Uses ``matplotlib.figure.Figure`` directly (no pyplot state), so it works the same in
     a notebook, a script and a test, and repeated calls do not leak figures.
     """
+    if difference and len(curves) != 2:
+        raise ValueError(f"difference=True needs exactly two curves, got {len(curves)}")
     fig = _figure()
-    ax = fig.add_subplot()
+    if difference:
+        ax, diff_ax = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1.3))
+    else:
+        ax = fig.add_subplot()
     colors = []
-    for label, records in curves.items():
+    for i, (label, records) in enumerate(curves.items()):
         steps = [r["step"] for r in records]
         losses = [r["loss"] for r in records]
-        (line,) = ax.plot(steps, losses, marker="o", markersize=3, label=label)
+        (line,) = ax.plot(
+            steps,
+            losses,
+            marker="o" if i == 0 else "x",
+            markersize=4 if i == 0 else 7,
+            linestyle="-" if i == 0 else "--",
+            label=label,
+        )
         colors.append(line.get_color())
     # The i-th reference point (a step-1 loss) takes the i-th curve's colour.
     for i, (label, value) in enumerate((reference or {}).items()):
@@ -67,11 +85,25 @@ def loss_figure(
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("step")
     ax.set_ylabel("loss (cross-entropy, nats/token)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
+    if difference:
+        (a_label, a), (b_label, b) = curves.items()
+        by_step = {r["step"]: r["loss"] for r in a}
+        pairs = [(r["step"], r["loss"] - by_step[r["step"]]) for r in b if r["step"] in by_step]
+        diff_ax.axhline(0, color="grey", linewidth=0.8)
+        diff_ax.plot(
+            [s for s, _ in pairs], [d for _, d in pairs], marker="o", markersize=4, color="black"
+        )
+        diff_ax.set_ylabel("difference")
+        diff_ax.set_title(f"{b_label}  minus  {a_label}", fontsize="small")
+        diff_ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
+        diff_ax.grid(alpha=0.3)
+        diff_ax.set_xlabel("step")
+    else:
+        ax.set_xlabel("step")
     return fig
 
 

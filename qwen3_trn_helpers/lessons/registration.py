@@ -29,7 +29,7 @@ def ask(question):
     try:
         return question()
     except Exception as e:  # what PyTorch says when a step is still missing
-        return f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+        return f"{type(e).__name__}: {str(e).splitlines()[0]}"
 
 def look(stage):
     from torchtitan.tools.utils import get_device_info

@@ -59,10 +59,24 @@ def section_rows(config) -> list[dict[str, object]]:
     ]
 
 
-def model_summary(model_config) -> dict[str, object]:
-    """The numbers of a torchtitan Qwen3 model config (as its Config classes hold them)."""
+def model_summary(model_config, attention: str | None = None) -> dict[str, object]:
+    """The numbers of a torchtitan Qwen3 model config (as its Config classes hold them).
+
+    torchtitan's Qwen3 config names FlexAttention; the ``--override.imports`` of a run
+    replaces it when the trainer is built. Pass the plan's ``attention`` ("document",
+    "causal" or "flex") and the row shows the attention config that actually runs,
+    made by the same override function.
+    """
     layer = model_config.layers[0]
-    attention = layer.attention
+    attention_config = layer.attention
+    inner = attention_config.inner_attention
+    if attention is not None:
+        from ..model import attention as overrides
+
+        swap = {"document": overrides.document_sdpa, "causal": overrides.causal_sdpa}
+        if attention in swap:
+            inner = swap[attention](inner)
+    attention = attention_config
     mlp = getattr(layer, "feed_forward", None)
     moe = getattr(layer, "moe", None)
     row: dict[str, object] = {
@@ -74,7 +88,7 @@ def model_summary(model_config) -> dict[str, object]:
         "vocab": model_config.vocab_size,
         "rope theta": attention.rope.theta,
         "tied embeddings": model_config.enable_weight_tying,
-        "inner attention": type(attention.inner_attention).__qualname__,
+        "inner attention": type(inner).__qualname__,
     }
     if mlp is not None:
         row["mlp hidden"] = mlp.w1.out_features

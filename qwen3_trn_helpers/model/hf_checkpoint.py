@@ -34,11 +34,20 @@ def make_random_hf_checkpoint(shape: Qwen3Shape, folder: str | Path, seed: int =
     """A randomly initialised Qwen3 saved by transformers itself (for tests and parity)."""
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(shape.hf_config()).eval()
     folder = Path(folder)
-    model.save_pretrained(folder)
+    # save_pretrained draws a tqdm bar ("Writing model shards") for a one-file checkpoint:
+    # noise in a notebook or a log, so it is switched off while we save and then restored
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(folder)
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
     return folder
 
 

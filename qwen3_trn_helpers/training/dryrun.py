@@ -106,6 +106,15 @@ def _local(t):
     return t.to_local() if hasattr(t, "to_local") else t
 
 
+def _mesh_dims(p) -> str:
+    """The DTensor's mesh dimensions as "(name size, ...)", matching its placements."""
+    mesh = getattr(p, "device_mesh", None)
+    if mesh is None:
+        return "-"
+    names = mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(mesh.ndim))
+    return "(" + ", ".join(f"{n} {k}" for n, k in zip(names, mesh.shape, strict=True)) + ")"
+
+
 def measure_rank_state(trainer) -> tuple[int, int, int, list[dict[str, Any]]]:
     """(parameters of the whole model, parameters on this rank, bytes of params + grads +
     optimizer state on this rank, a few parameters' placements and local shapes)."""
@@ -126,6 +135,8 @@ def measure_rank_state(trainer) -> tuple[int, int, int, list[dict[str, Any]]]:
                         # the activation-checkpoint wrapper's level adds nothing here
                         "parameter": name.replace("_checkpoint_wrapped_module.", ""),
                         "global shape": tuple(p.shape),
+                        # one placement per mesh dimension, in this order
+                        "mesh dims": _mesh_dims(p),
                         "placements": str(getattr(p, "placements", "-")),
                         "local shape": tuple(data.shape),
                     }
