@@ -123,6 +123,42 @@ def test_neuron_memory_stats_are_read_nested():
     assert recorded.get("active_bytes.all.peak", -1) == -1  # what torchtitan would read
 
 
+def test_memory_is_read_on_the_ranks_own_device(monkeypatch):
+    """Rank 5 reads device 5's allocator (torch-neuronx keys statistics by device index)."""
+    import torch
+    import torchtitan.components.metrics as tt_metrics
+    from torchtitan.tools import utils
+
+    from qwen3_trn_helpers.training.metrics import rank_memory_monitor
+
+    gib5 = 5 << 30
+    recorded = {  # torch-neuronx's nested statistics, device 5 after a step
+        5: {
+            "allocated_bytes": {"current": 3 << 30, "peak": gib5},
+            "reserved_bytes": {"current": 0, "peak": 0},
+            "active_bytes": {"current": 3 << 30, "peak": gib5},
+            "num_alloc_retries": 0,
+            "num_ooms": 0,
+        }
+    }
+    empty = {"allocated_bytes": {"peak": 0}, "active_bytes": {"peak": 0}, "num_ooms": 0}
+    module = types.SimpleNamespace(  # the process after set_device(neuron:5)
+        current_device=lambda: 5,
+        memory_stats=lambda device=None: recorded.get(torch.device(device).index, empty),
+        get_device_name=lambda device=None: "NeuronCore-v3",
+        get_device_properties=lambda device=None: types.SimpleNamespace(total_memory=24 << 30),
+        reset_peak_memory_stats=lambda *a: None,
+        empty_cache=lambda: None,
+    )
+    monkeypatch.setattr(tt_metrics, "device_module", module)
+    monkeypatch.setattr(utils, "device_module", module)
+    # "privateuseone" is the name torch gives "neuron" before torch-neuronx renames it
+    monitor = rank_memory_monitor("privateuseone")
+    assert monitor.device.index == 5
+    stats = monitor.get_peak_stats()
+    assert stats.max_active_gib == 5 and stats.max_reserved_gib == 5
+
+
 def test_kernel_selector():
     assert kernel_rejects(2048, 768, 256, lnc=2) is None  # Qwen3-30B-A3B
     assert "block size 64" in kernel_rejects(2048, 768, 64, lnc=2)
