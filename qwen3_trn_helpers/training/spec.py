@@ -38,7 +38,12 @@ def _param(default: Any, help: str, **cli: Any) -> Any:
 class RunSpec:
     """Everything that defines a training run, as the user gave it."""
 
-    variant: str = _param("native", "which Qwen3 implementation", choices=tuple(VARIANTS))
+    variant: str = _param(
+        None,
+        "which Qwen3 implementation (default: the one the preset implies: nki_moe for "
+        "an MoE preset such as 30b-a3b, else native)",
+        choices=tuple(VARIANTS),
+    )
     preset: str | None = _param(
         None,
         "model size and layout (default: the variant's small preset; on trn2 with "
@@ -119,6 +124,13 @@ class RunSpec:
     out: str | None = _param(None, "run folder (default: runs/<date-time>)")
     overwrite: bool = _param(False, "replace a previous run in --out (metrics and checkpoints)")
 
+    def __post_init__(self) -> None:
+        # A spec made without a variant takes the one its preset implies, here, where
+        # every spec is made (CLI, Python API, run.json, a rank's argv), so they agree
+        # and ``spec.variant`` is always a name once the spec exists.
+        if self.variant is None:
+            object.__setattr__(self, "variant", implied_variant(self.preset))
+
     def replace(self, **changes: Any) -> RunSpec:
         return dataclasses.replace(self, **changes)
 
@@ -172,11 +184,15 @@ class RunSpec:
         return self.nnodes * self.nproc
 
     def to_argv(self) -> list[str]:
-        """``qwen3-trn train`` flags that rebuild this spec (defaults left out)."""
+        """``qwen3-trn train`` flags that rebuild this spec (defaults left out).
+
+        The variant's default is the one the preset implies, so it is left out too.
+        """
         argv = []
         for f in fields(self):
             value = getattr(self, f.name)
-            if value == f.default:
+            default = implied_variant(self.preset) if f.name == "variant" else f.default
+            if value == default:
                 continue
             flag = "--" + f.name.replace("_", "-")
             argv += [flag] if value is True else [flag, str(value)]
@@ -228,6 +244,21 @@ class RunSpec:
             layout=Layout(tp=tp),
             seq_len=min(preset.seq_len, shape.max_seq_len),
         )
+
+
+def implied_variant(preset: str | None) -> str:
+    """The variant a run without ``--variant`` uses: the only one its preset fits, else native.
+
+    An MoE preset (30b-a3b, tiny_moe) fits only the MoE variant, so naming the preset
+    is enough; a dense preset fits native and transformers_v5, and native is the
+    default. An unknown preset name is left to :meth:`RunSpec.validate` to report.
+    """
+    if preset in PRESETS:
+        moe = PRESETS[preset].shape.is_moe
+        fitting = [v.name for v in VARIANTS.values() if v.moe == moe]
+        if len(fitting) == 1:
+            return fitting[0]
+    return "native"
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:
