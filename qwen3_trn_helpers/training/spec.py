@@ -358,6 +358,11 @@ class Plan:
         return self.preset.loss_chunks
 
     @property
+    def reduce_dtype(self) -> str:
+        """The gradient reduce-scatter dtype: the preset's, fp32 when the run is fp32."""
+        return self.preset.reduce_dtype if self.spec.mixed_precision == "bfloat16" else "float32"
+
+    @property
     def flavor(self) -> str:
         return self.preset.name
 
@@ -382,6 +387,9 @@ class Plan:
             loss_chunks=self.loss_chunks,
             scores_materialised=on_neuron and self.attention == "document",
             moe_kernel_copies=on_neuron and self.moe_block_size > 0,
+            moe_block_size=self.moe_block_size,
+            reduce_bytes=2 if self.reduce_dtype == "bfloat16" else 4,
+            runtime_gib=topology.runtime_reserved_gib if on_neuron else 0.0,
             hbm_gib=topology.hbm_gib_per_core,
         )
 
@@ -505,13 +513,15 @@ def plan_run(spec: RunSpec, *, device_type: str | None = None) -> Plan:
         if not memory.fits:
             raise ConfigError(
                 f"preset {preset.name!r} on {world} rank(s) needs about "
-                f"{memory.total_gib:.1f} GiB per NeuronCore, more than its "
-                f"{memory.hbm_gib:.0f} GiB: launch it on {preset.world_size} ranks "
+                f"{memory.total_gib:.1f} GiB per NeuronCore, more than the "
+                f"{memory.usable_gib:.1f} GiB a plan may use (90% of its "
+                f"{memory.hbm_gib:.0f} GiB): launch it on {preset.world_size} ranks "
                 f"(--nproc {preset.world_size}, as reproduce does), or train a smaller "
                 "preset in this process"
                 if preset.world_size > world // replicas
                 else f"preset {preset.name!r} needs about {memory.total_gib:.1f} GiB per "
-                f"NeuronCore, more than its {memory.hbm_gib:.0f} GiB: shorten --seq-len or "
-                "use activation checkpointing"
+                f"NeuronCore, more than the {memory.usable_gib:.1f} GiB a plan may use "
+                f"(90% of its {memory.hbm_gib:.0f} GiB): shorten --seq-len or use "
+                "activation checkpointing"
             )
     return plan
