@@ -224,7 +224,7 @@ def dry_run(
                 trainer.train()
                 stepped = time.perf_counter()
                 total, local, nbytes, shards = measure_rank_state(trainer)
-                table_params = fsdp_table_parameters(trainer.model_parts, trn2.shape.vocab_size)
+                table_params = fsdp_table_parameters(trainer.model_parts)
             finally:
                 trainer.close()
     return DryRunReport(

@@ -404,22 +404,28 @@ def tie_embedding_before_fsdp() -> Iterator[None]:
         yield
 
 
-def fsdp_table_parameters(model_parts: list[torch.nn.Module], rows: int) -> int:
-    """How many FSDP parameters hold a table of ``rows`` rows (the embedding: 1 if tied).
+def fsdp_table_parameters(model_parts: list[torch.nn.Module]) -> int:
+    """FSDP parameters of the vocabulary tables (``tok_embeddings``, ``lm_head``).
 
-    Reads FSDP2's parameter groups (private torch names: ``_get_fsdp_state``,
-    ``_fsdp_param_group``, ``_orig_size``); for tests and measurements only.
+    A tied table sharded once is 1; untied tables are 2. Reads FSDP2's parameter
+    groups (private torch names: ``_get_fsdp_state``, ``_fsdp_param_group``,
+    ``_module_info``); for tests and measurements only.
     """
     from torch.distributed.fsdp import FSDPModule
 
-    groups = {}
+    tables, groups = [], {}
     for part in model_parts:
+        tables += [getattr(part, name, None) for name in ("tok_embeddings", "lm_head")]
         for m in part.modules():
             if isinstance(m, FSDPModule):
                 group = m._get_fsdp_state()._fsdp_param_group
                 if group is not None:
                     groups[id(group)] = group
-    return sum(p._orig_size[0] == rows for g in groups.values() for p in g.fsdp_params)
+    return sum(
+        any(p._module_info.module is t for t in tables if t is not None)
+        for g in groups.values()
+        for p in g.fsdp_params
+    )
 
 
 #: patches a variant names in its registry entry (model/variants.py)
