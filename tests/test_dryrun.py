@@ -36,4 +36,8 @@ def test_30b_a3b_layout_from_the_command_line():
     assert report["bytes_per_rank"] == pytest.approx(16 * report["params_per_rank"], rel=1e-3)
     assert report["params_per_rank"] == pytest.approx(report["params_total"] / 64, rel=1e-3)
     assert report["measured_state_gib"] == pytest.approx(report["estimated_state_gib"], rel=0.01)
-    assert report["fits"] and report["hbm_gib"] == 24
+    assert report["fits"] and report["hbm_gib"] == 24 and report["usable_gib"] == 21.6
+    assert report["total_gib"] <= report["usable_gib"]  # fits: at most 90% of the core
+    assert report["reduce_dtype"] == "bfloat16"  # the plan that fits (notebook 04)
+    assert report["fsdp_table_params"] == 2  # untied: embedding and output layer
+    assert report["estimate"]["Neuron runtime"] == pytest.approx(1.19, abs=0.01)

@@ -360,34 +360,37 @@ def tie_embedding_before_fsdp() -> Iterator[None]:
     ``[tok_embeddings, norm, lm_head]`` as one group expecting one shared table. FSDP
     finds two parameters and manages both; ``Decoder.init_states`` re-ties afterwards.
     Gradients still add up, but every step all-gathers and reduce-scatters the
-    151,936-row table twice and holds two unsharded copies (0.78 GB bf16 per gather
-    at Qwen3-4B). We wrap the ``apply_fsdp_to_decoder`` name parallelize_qwen3 calls
-    and re-tie first, as ``init_states`` would; same model, same losses.
+    151,936-row table twice and holds two unsharded copies (Qwen3-4B's table is
+    0.78 GB in bf16: 0.19 GB per rank and gather at TP 4). We wrap the
+    ``apply_fsdp_to_decoder`` name parallelize_qwen3 calls and re-tie first, as
+    ``init_states`` would; same model, same losses.
 
-    Upstream report (torchtitan 0.3.0, torch 2.14, CPU, gloo)::
+    Upstream report (torchtitan 0.3.0, torch 2.14)::
 
         Tied embeddings are sharded as two FSDP parameters (Qwen3, spmd_types)
 
-        import torch, torch.distributed as dist
-        from torchtitan.trainer import Trainer
-        # any Qwen3 flavor with enable_weight_tying=True, e.g. "debugmodel",
-        # trained with torchrun --nproc_per_node 1 (or more):
-        #   python -m torchtitan.train --module qwen3 --config qwen3_debugmodel
-        # then, on the built trainer:
-        from torch.distributed.fsdp import FSDPModule
+        # repro.py; torchrun --nproc_per_node 1 repro.py (one GPU)
+        from torchtitan.config import ConfigManager
+        config = ConfigManager().parse_args(
+            ["--module", "qwen3", "--config", "qwen3_debugmodel", "--training.steps", "1"]
+        )
+        trainer = config.build()  # debugmodel: enable_weight_tying=True
         m = trainer.model_parts[0]
+        assert m.tok_embeddings.weight is m.lm_head.weight  # re-tied by init_states
         group = m.lm_head._get_fsdp_state()._fsdp_param_group
-        print(sum(p._orig_size[0] == m.lm_head.weight.shape[0]
-                  for p in group.fsdp_params))      # 2, expected 1
+        print(sum(p._module_info.module in (m.tok_embeddings, m.lm_head)
+                  for p in group.fsdp_params))  # 2; expected 1
 
-        Cause: models/qwen3/parallelize.py calls model.parallelize(parallel_dims)
-        before apply_fsdp_to_decoder; Module._spmd_distribute_state registers a
-        new nn.Parameter per module, so tok_embeddings.weight is no longer
-        lm_head.weight when fully_shard([tok_embeddings, norm, lm_head]) runs.
-        Decoder.init_states re-ties after sharding, too late for FSDP. Fix:
-        re-tie (tok_embeddings.weight = lm_head.weight) after model.parallelize
-        and before apply_fsdp_to_decoder.
+        Cause: parallelize_qwen3 calls model.parallelize(parallel_dims) before
+        apply_fsdp_to_decoder; Module._spmd_distribute_state registers a new
+        nn.Parameter per module, so tok_embeddings.weight is no longer
+        lm_head.weight when fully_shard([tok_embeddings, norm, lm_head]) runs, and
+        FSDP manages both. Decoder.init_states re-ties after sharding, too late for
+        FSDP: the table is all-gathered and reduce-scattered twice a step. Fix:
+        re-tie (tok_embeddings.weight = lm_head.weight) after model.parallelize and
+        before apply_fsdp_to_decoder.
 
+    (Checked here on a CPU with the tiny presets: tests/test_patches.py.)
     The transformers backend is not affected by this patch: its
     ``parallelize_hf_transformers`` unties the tables on purpose (a cloned lm_head).
     """
