@@ -10,7 +10,7 @@ upgrade that renames one of these breaks here, in one place, with a clear messag
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
 TESTED_TORCHTITAN = ("0.3.",)
 
@@ -64,3 +64,15 @@ def hf_backend_attention() -> SimpleNamespace:
         implementation_name=model._ATTN_IMPLEMENTATION,
         model_class=model.HFTransformerModel,
     )
+
+
+def qwen3_parallelize_module() -> ModuleType:
+    """torchtitan.models.qwen3.parallelize, whose ``apply_fsdp_to_decoder`` name we wrap."""
+    try:
+        from torchtitan.models.qwen3 import parallelize
+    except ImportError as e:
+        raise _missing("torchtitan.models.qwen3.parallelize", e) from e
+    if not hasattr(parallelize, "apply_fsdp_to_decoder"):
+        missing = "torchtitan.models.qwen3.parallelize.apply_fsdp_to_decoder"
+        raise _missing(missing, AttributeError(missing))
+    return parallelize

@@ -17,6 +17,19 @@ HBM_GIB_PER_CHIP = 96
 #: dense BF16 TFLOPS of one physical NeuronCore-v3's TensorEngine
 TFLOPS_PER_PHYSICAL_CORE = 79
 DEFAULT_LNC = 2
+#: HBM the Neuron runtime keeps for itself on every physical core: "a micro-code overhead
+#: of 96MB per physical Neuron Core" (Neuron docs 2.33, Neuron Runtime > Neuron device
+#: memory, category "model code"); read as MiB, the larger reading
+RUNTIME_MICROCODE_MB_PER_PHYSICAL_CORE = 96
+#: The runtime's other own categories on that page (scratchpad and shared scratchpad,
+#: DMA rings, collectives; profile buffers only when profiling) have no documented
+#: size: they depend on the compiled graphs. An assumption, stated as one: 1 GiB per
+#: logical core, to be replaced by what neuron-top shows on the 4b_native_64ranks rung.
+RUNTIME_OTHER_GIB_PER_LOGICAL_CORE_ASSUMED = 1.0
+#: share of a core's HBM a plan may use: the rest is margin for what no estimate sees
+#: (allocator fragmentation, compiler temporaries, the runtime's own assumed share
+#: being low)
+PLANNING_HEADROOM = 0.9
 
 
 def lnc_from_env() -> int:
@@ -47,6 +60,13 @@ class Topology:
     @property
     def hbm_gib_per_core(self) -> float:
         return HBM_GIB_PER_CHIP * CHIPS / self.logical_cores
+
+    @property
+    def runtime_reserved_gib(self) -> float:
+        """HBM per logical core the Neuron runtime holds: microcode (documented, per
+        physical core) + scratchpad, DMA rings and collectives (assumed; see above)."""
+        microcode = RUNTIME_MICROCODE_MB_PER_PHYSICAL_CORE * self.lnc / 1024
+        return microcode + RUNTIME_OTHER_GIB_PER_LOGICAL_CORE_ASSUMED
 
     @property
     def peak_tflops_per_core(self) -> float:

@@ -56,6 +56,8 @@ def test_trn2_configurations_at_64_ranks(monkeypatch):
     (target, kwargs), *_ = [e for e in moe.override.imports if isinstance(e, tuple)]
     assert target.endswith("blockwise_experts") and kwargs["block_size"] == 256
     assert moe.parallelism.tensor_parallel_degree == 1
+    assert moe.training.mixed_precision_reduce == "bfloat16"  # the plan that fits a core
+    assert native.training.mixed_precision_reduce == "float32"  # torchtitan's default
 
 
 @pytest.mark.slow

@@ -23,15 +23,21 @@ def test_30b_a3b_layout_from_the_command_line():
     torchtitan's grouped_mm experts: the same parameters as the blockwise ones, without
     the ~127 padded 256-token blocks per layer that take a CPU a minute a layer.
     """
-    cmd = [sys.executable, "-m", "qwen3_trn_helpers", "dry-run", "--variant", "nki_moe",
+    # no --variant: the MoE preset implies nki_moe (the only variant it fits)
+    cmd = [sys.executable, "-m", "qwen3_trn_helpers", "dry-run", "--preset", "30b-a3b",
            "--moe-impl", "grouped_mm", "--layers", "1", "--json"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
+    assert (report["variant"], report["preset"]) == ("nki_moe", "30b-a3b")
     assert (report["world_size"], report["tp"], report["fsdp"], report["layers"]) == (64, 1, 64, 1)
     assert report["params_total"] == replace(QWEN3_30B_A3B, n_layers=1).parameter_count()
     # fp32 params + grads + AdamW's two moments = 16 bytes per local parameter
     assert report["bytes_per_rank"] == pytest.approx(16 * report["params_per_rank"], rel=1e-3)
     assert report["params_per_rank"] == pytest.approx(report["params_total"] / 64, rel=1e-3)
     assert report["measured_state_gib"] == pytest.approx(report["estimated_state_gib"], rel=0.01)
-    assert report["fits"] and report["hbm_gib"] == 24
+    assert report["fits"] and report["hbm_gib"] == 24 and report["usable_gib"] == 21.6
+    assert report["total_gib"] <= report["usable_gib"]  # fits: at most 90% of the core
+    assert report["reduce_dtype"] == "bfloat16"  # the plan that fits (notebook 04)
+    assert report["fsdp_table_params"] == 2  # untied: embedding and output layer
+    assert report["estimate"]["Neuron runtime"] == pytest.approx(1.19, abs=0.01)

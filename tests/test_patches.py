@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from qwen3_trn_helpers import run
+from qwen3_trn_helpers.model.variants import VARIANTS
 from qwen3_trn_helpers.torchtitan_internals import TESTED_TORCHTITAN
 from qwen3_trn_helpers.training import patches
 
@@ -77,3 +78,46 @@ def test_transformers_v5_runs_leave_transformers_alone(tmp_path, monkeypatch):
         run("transformers_v5", steps=1, out=str(tmp_path / "leaked"), progress=False)
         assert PreTrainedModel.__dict__["_init_weights"] is not original
     assert PreTrainedModel.__dict__["_init_weights"] is original
+
+
+@pytest.mark.parametrize("variant", ["native", "nki_moe"])
+def test_tied_embedding_is_one_fsdp_parameter(variant, tmp_path):
+    """torchtitan 0.3.0 shards the tied table as 2 FSDP parameters; the patch makes it 1.
+
+    If the unpatched count becomes 1, torchtitan ties before sharding itself: delete
+    tie_embedding_before_fsdp (and its version gate).
+    """
+    from qwen3_trn_helpers.training.spec import RunSpec, plan_run
+    from qwen3_trn_helpers.training.trainer import build_trainer
+
+    assert "tie_embedding_before_fsdp" in VARIANTS[variant].patches
+    assert patches.torchtitan_unties_before_fsdp()
+    plan = plan_run(RunSpec(variant=variant, steps=1))
+    assert plan.shape.tie_embeddings  # tiny and tiny_moe tie, as Qwen3-4B does
+    counts = {}
+    for name, scope in (
+        ("unpatched", patches.disabled("tie_embedding_before_fsdp")),
+        ("patched", contextlib.nullcontext()),
+    ):
+        with scope:
+            trainer = build_trainer(plan, tmp_path / name, metrics_file="")
+            try:
+                model = trainer.model_parts[0]
+                assert model.tok_embeddings.weight is model.lm_head.weight
+                counts[name] = patches.fsdp_table_parameters(trainer.model_parts)
+            finally:
+                trainer.close()
+    assert counts == {"unpatched": 2, "patched": 1}
+    import torchtitan.models.qwen3.parallelize as parallelize
+    from torchtitan.distributed.fsdp import apply_fsdp_to_decoder
+
+    assert parallelize.apply_fsdp_to_decoder is apply_fsdp_to_decoder  # undone on close
+
+
+def test_tied_embedding_patch_keeps_the_losses(tmp_path):
+    """Same fp32 losses with the table sharded once as with torchtitan's two copies."""
+    fp32 = dict(steps=3, mixed_precision="float32", progress=False)
+    with patches.disabled("tie_embedding_before_fsdp"):
+        before = run("native", out=str(tmp_path / "before"), **fp32).losses
+    after = run("native", out=str(tmp_path / "after"), **fp32).losses
+    assert after == pytest.approx(before, abs=1e-6)

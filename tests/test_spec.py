@@ -31,6 +31,28 @@ def test_argv_round_trip():
     assert parsed == spec.replace(out=str(Path("runs/x").absolute()))
 
 
+def test_a_preset_that_fits_one_variant_implies_it(tmp_path):
+    """No --variant: an MoE preset takes nki_moe (CLI, Python API, run.json, argv agree)."""
+    from qwen3_trn_helpers.training.run import make_spec
+
+    parse = build_parser().parse_args
+    for command in (["train"], ["dry-run"]):
+        args = parse([*command, "--preset", "30b-a3b"])
+        assert spec_from_args(args).variant == "nki_moe", command
+    assert make_spec(preset="30b-a3b").variant == "nki_moe"  # run(preset="30b-a3b")
+    assert RunSpec(preset="tiny_moe").variant == "nki_moe"
+    assert RunSpec(preset="4b").variant == RunSpec().variant == "native"  # dense: native
+    spec = RunSpec(preset="30b-a3b", nproc=64, out=str(tmp_path))
+    plan = plan_run(spec, device_type="neuron")
+    assert (plan.variant.name, plan.preset.name) == ("nki_moe", "30b-a3b")
+    assert RunSpec(**dataclasses.asdict(spec)) == spec  # run.json and isolated children
+    assert "--variant" not in spec.to_argv()  # implied, like every default
+    assert spec_from_args(parse(["train", *spec.to_argv()])) == spec  # a rank's argv
+    with pytest.raises(ConfigError, match="variant 'native'"):  # a given variant is kept
+        plan_run(RunSpec(variant="native", preset="30b-a3b", nproc=64, out=str(tmp_path)),
+                 device_type="neuron")  # fmt: skip
+
+
 def test_plan_is_pure(tmp_path):
     spec = RunSpec(steps=2, out=str(tmp_path / "never"))
     before = dataclasses.asdict(spec)

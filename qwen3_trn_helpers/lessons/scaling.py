@@ -142,8 +142,8 @@ def mesh_figure(plan: Plan, topology: Topology = TRN2):
     return fig
 
 
-MEMORY_TERMS = ("params", "grads", "AdamW", "FSDP buffers", "kernel copies", "activations",
-                "logits", "scores")  # fmt: skip
+MEMORY_TERMS = ("params", "grads", "AdamW", "FSDP buffers", "kernel copies", "kernel saved",
+                "kernel grads", "activations", "logits", "scores", "Neuron runtime")  # fmt: skip
 
 
 def memory_figure(estimates: dict, measured: dict | None = None):
@@ -167,6 +167,9 @@ def memory_figure(estimates: dict, measured: dict | None = None):
     hbm = next(iter(estimates.values())).hbm_gib
     ax.axhline(hbm, color="black", linestyle="--", linewidth=1,
                label=f"HBM per logical core ({hbm:.0f} GiB)")  # fmt: skip
+    usable = next(iter(estimates.values())).usable_gib
+    ax.axhline(usable, color="black", linestyle=":", linewidth=1,
+               label=f"a plan may use 90% ({usable:.1f} GiB)")  # fmt: skip
     for i, label in enumerate(labels):
         if measured and label in measured:
             ax.plot([i + 0.36], [measured[label]], marker="<", color="black", markersize=8,
@@ -174,6 +177,10 @@ def memory_figure(estimates: dict, measured: dict | None = None):
                     if i == 0 else None)  # fmt: skip
     ax.set_ylabel("GiB per logical NeuronCore")
     ax.set_title("Memory per core on a trn2.48xlarge (estimate; measured where marked)")
-    ax.set_ylim(0, max(max(bottoms), hbm) * 1.08)
+    top = min(max(max(bottoms), hbm), 2 * hbm) * 1.08  # a plan far over HBM is clipped
+    for i, total in enumerate(bottoms):
+        if total > top:
+            ax.text(i, top * 0.97, f"{total:.0f} GiB", ha="center", va="top", fontsize=7)
+    ax.set_ylim(0, top)
     ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig

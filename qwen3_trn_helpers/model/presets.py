@@ -47,6 +47,9 @@ class Preset:
     # of the 151,936-row output layer per chunk, so only the big MoE preset uses it.
     loss_chunks: int = 1
     moe_block_size: int = 0  # tokens per block of the blockwise MoE experts
+    # dtype FSDP reduce-scatters gradients in (torchtitan's training.mixed_precision_reduce;
+    # its default float32); used when the run computes in bfloat16
+    reduce_dtype: str = "float32"
     corpus: str = "embedded"  # training text (see corpus.py); AWS's runs used C4
     lr: float = 8e-4  # peak learning rate (torchtitan's Qwen3 default; AWS used 3e-4)
 
@@ -93,6 +96,12 @@ PRESETS: dict[str, Preset] = {
             activation_checkpoint="full",
             loss_chunks=8,
             moe_block_size=256,
+            # FSDP reduce-scatters gradients in bf16: with fp32 the block's gradients
+            # cost 6 B per parameter before the reduction instead of 4, and the plan
+            # needs 23.3 GiB per core, over the 21.6 (90% of 24) a plan may use; with
+            # bf16, 20.9 (notebook 04 derives both). The sharded fp32 gradients and
+            # AdamW state stay fp32.
+            reduce_dtype="bfloat16",
             corpus="c4",
             lr=3e-4,
         ),

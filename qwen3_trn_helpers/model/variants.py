@@ -245,7 +245,7 @@ VARIANTS: dict[str, Variant] = {
             small_preset="tiny",
             trn2_preset="4b",
             trainer="torchtitan",
-            patches=(),
+            patches=("tie_embedding_before_fsdp",),
             off_trainium="torchtitan Qwen3; attention through SDPA (document-masked)",
             on_trainium="the same model on `neuron`, plain causal SDPA; TP/FSDP by torchtitan",
         ),
@@ -269,7 +269,7 @@ VARIANTS: dict[str, Variant] = {
             small_preset="tiny_moe",
             trn2_preset="30b-a3b",
             trainer="torchtitan",
-            patches=(),
+            patches=("tie_embedding_before_fsdp",),
             off_trainium="torchtitan Qwen3 MoE; experts: blockwise PyTorch reference",
             on_trainium="experts on nki-library kernels (moe_cte forward, blockwise_mm_bwd "
             "backward) where the shape meets their constraints",

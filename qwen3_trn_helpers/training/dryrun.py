@@ -24,6 +24,7 @@ from typing import Any
 
 from ..model.presets import PRESETS
 from ..model.variants import get_variant
+from ..trn2 import PLANNING_HEADROOM
 from .memory import GIB
 from .spec import RunSpec, plan_run
 
@@ -57,6 +58,10 @@ class DryRunReport:
     build_s: float
     step_s: float
     shards: list[dict[str, Any]] = field(default_factory=list)
+    reduce_dtype: str = "float32"  # FSDP's gradient reduce-scatter dtype (the plan's)
+    # measured: FSDP parameters with the vocabulary's rows (a tied table: 1, which
+    # torchtitan 0.3.0 alone makes 2, training/patches.py; untied: embedding + output)
+    fsdp_table_params: int = 0
 
     @property
     def measured_state_gib(self) -> float:
@@ -68,14 +73,28 @@ class DryRunReport:
         return self.measured_state_gib + self.estimated_other_gib
 
     @property
+    def table_gather_gib(self) -> float:
+        """bf16 bytes FSDP all-gathers for the vocabulary table per gather, on this rank's
+        TP shard: one copy per FSDP parameter holding it (also what it reduce-scatters)."""
+        shape = PRESETS[self.preset].shape
+        return self.fsdp_table_params * shape.vocab_size * shape.dim / self.tp * 2 / GIB
+
+    @property
+    def usable_gib(self) -> float:
+        """What a plan may use: 90% of the core's HBM (training/memory.py)."""
+        return self.hbm_gib * PLANNING_HEADROOM
+
+    @property
     def fits(self) -> bool:
-        return self.total_gib < self.hbm_gib
+        return self.total_gib <= self.usable_gib
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data.update(
             measured_state_gib=round(self.measured_state_gib, 3),
             total_gib=round(self.total_gib, 2),
+            usable_gib=round(self.usable_gib, 2),
+            table_gather_gib=round(self.table_gather_gib, 3),
             fits=self.fits,
         )
         return data
@@ -97,7 +116,9 @@ class DryRunReport:
             },  # fmt: skip
             {"": "total per rank GiB (measured + estimated)", "value": round(self.total_gib, 2)},
             {"": "HBM per logical core GiB", "value": self.hbm_gib},
+            {"": "usable by a plan (90% of HBM) GiB", "value": round(self.usable_gib, 2)},
             {"": "fits", "value": self.fits},
+            {"": "FSDP parameters of vocabulary rows", "value": self.fsdp_table_params},
             {"": "build / one step, s", "value": f"{self.build_s:.1f} / {self.step_s:.1f}"},
         ]
 
@@ -180,6 +201,7 @@ def dry_run(
         )  # fmt: skip
         return DryRunReport(**data)
     from ..assets import ensure_tokenizer
+    from .patches import fsdp_table_parameters
     from .rendezvous import scoped_environ
     from .train import quiet_torchtitan
     from .trainer import build_trainer
@@ -213,6 +235,7 @@ def dry_run(
                 trainer.train()
                 stepped = time.perf_counter()
                 total, local, nbytes, shards = measure_rank_state(trainer)
+                table_params = fsdp_table_parameters(trainer.model_parts)
             finally:
                 trainer.close()
     return DryRunReport(
@@ -240,4 +263,6 @@ def dry_run(
         build_s=built - started,
         step_s=stepped - built,
         shards=shards,
+        reduce_dtype=trn2.reduce_dtype,
+        fsdp_table_params=table_params,
     )

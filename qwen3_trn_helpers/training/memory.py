@@ -13,11 +13,27 @@ the rest, so every parameter is sharded ``world`` ways), tokens T = batch x seq_
 - AdamW's two moments fp32: 8 P / world
 - FSDP buffers: the bf16 copy of the block being computed and the prefetched next one
   (2 x 2 B per parameter of a block / tp), the block's gradients before
-  reduce-scatter (bf16 and their fp32 cast, 6 B), and the same for the root module
-  (embedding, output layer, final norm)
+  reduce-scatter (bf16, and their copy in the reduce dtype: 2 + 4 B with
+  torchtitan's default fp32 reduction, 2 + 2 B with a bf16 one), and the same for the
+  root module (embedding, output layer, final norm)
 - MoE kernel copies (nki_moe on Trainium): the experts of a layer re-laid out as the
-  kernel wants them ([E, H, 2, I] and [E, I, H] in bf16), for the layer running and one
-  saved for its backward
+  kernel wants them ([E, H, 2, I] and [E, I, H] in bf16), saved by the kernel's
+  autograd node for its backward: one layer's with full checkpointing (the block
+  being recomputed), every layer's otherwise
+- MoE kernel saved activations: ``moe_cte`` with ``checkpoint_activation=True``
+  returns, for the backward, the gate/up outputs ([N, 2, I, B]) and the down
+  projection's per-block outputs ([N, B, H]) in bf16, N = the dropless block count
+  for T x top-k pairs (model/moe_blockwise.num_blocks): at Qwen3-30B-A3B and T =
+  4,096, N = 255 blocks of 256 and 255 x 256 x (2 x 768 + 2048) x 2 B = 0.47 GB per
+  layer; one layer's with full checkpointing, every layer's otherwise
+- MoE kernel gradients: ``blockwise_mm_bwd`` returns the expert weight gradients in
+  the kernel's layout ([E, H, 2, I] and [E, I, H], bf16: 1.21 GB per layer at
+  30B-A3B), before autograd turns them into torchtitan's (counted in FSDP buffers);
+  one layer at a time
+- the Neuron runtime's own HBM (trn2.Topology.runtime_reserved_gib): 96 MB of
+  microcode per physical core (Neuron docs, "Neuron device memory"), and for its
+  scratchpad, DMA rings and collective buffers, which that page names but does not
+  size, an assumed 1 GiB per logical core
 - activations, bf16, sharded by tp (sequence parallelism): per layer T x (4 d + 3 q +
   3 kv + 4 F) values without checkpointing (norm inputs and outputs; q and k before and
   after norm/RoPE, v, the attention output; the MLP's gate, up, SiLU and product);
@@ -27,6 +43,9 @@ the rest, so every parameter is sharded ``world`` ways), tokens T = batch x seq_
 - logits: T x V / tp x (2 B bf16 + 4 B fp32 + 4 B fp32 gradient) / loss chunks
 - attention scores, only where attention runs a mask through a generic (non-fused)
   implementation: T x S x heads / tp x 2 B per layer kept for the backward
+
+A plan fits when the total is at most 90% of the core's HBM
+(``trn2.PLANNING_HEADROOM``): the rest is margin for what no term here sees.
 """
 
 from __future__ import annotations
@@ -34,6 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..model.shapes import Qwen3Shape
+from ..trn2 import PLANNING_HEADROOM
 
 GIB = 1024**3
 
@@ -45,9 +65,12 @@ class MemoryEstimate:
     optimizer_gib: float
     fsdp_buffers_gib: float
     kernel_copies_gib: float
+    kernel_saved_gib: float
+    kernel_grads_gib: float
     activations_gib: float
     logits_gib: float
     scores_gib: float
+    runtime_gib: float
     hbm_gib: float
 
     @property
@@ -61,14 +84,22 @@ class MemoryEstimate:
             self.sharded_state_gib
             + self.fsdp_buffers_gib
             + self.kernel_copies_gib
+            + self.kernel_saved_gib
+            + self.kernel_grads_gib
             + self.activations_gib
             + self.logits_gib
             + self.scores_gib
+            + self.runtime_gib
         )
 
     @property
+    def usable_gib(self) -> float:
+        """What a plan may use: 90% of the core's HBM (the rest is margin)."""
+        return self.hbm_gib * PLANNING_HEADROOM
+
+    @property
     def fits(self) -> bool:
-        return self.total_gib < self.hbm_gib
+        return self.total_gib <= self.usable_gib
 
     def row(self) -> dict[str, float]:
         r = lambda x: round(x, 2)  # noqa: E731
@@ -78,10 +109,14 @@ class MemoryEstimate:
             "AdamW": r(self.optimizer_gib),
             "FSDP buffers": r(self.fsdp_buffers_gib),
             "kernel copies": r(self.kernel_copies_gib),
+            "kernel saved": r(self.kernel_saved_gib),
+            "kernel grads": r(self.kernel_grads_gib),
             "activations": r(self.activations_gib),
             "logits": r(self.logits_gib),
             "scores": r(self.scores_gib),
+            "Neuron runtime": r(self.runtime_gib),
             "total GiB": r(self.total_gib),
+            "usable GiB (90%)": r(self.usable_gib),
             "HBM GiB": r(self.hbm_gib),
         }
 
@@ -112,19 +147,36 @@ def estimate_memory(
     loss_chunks: int = 1,
     scores_materialised: bool = False,
     moe_kernel_copies: bool = False,
+    moe_block_size: int = 0,
+    reduce_bytes: int = 4,
+    runtime_gib: float = 0.0,
     hbm_gib: float,
 ) -> MemoryEstimate:
-    """Per-rank memory of one training step; see the module docstring for each term."""
+    """Per-rank memory of one training step; see the module docstring for each term.
+
+    ``moe_kernel_copies``: the NKI MoE kernels run (with ``moe_block_size`` tokens per
+    block); ``reduce_bytes``: 4 for fp32 gradient reduction (torchtitan's default), 2
+    for bf16; ``runtime_gib``: the Neuron runtime's own share (0 off Trainium).
+    """
     s = shape
     n = s.parameter_count()
     shard = n / world
     root = s.vocab_size * s.dim * (1 if s.tie_embeddings else 2) + s.dim
     block = (n - root) / s.n_layers
-    fsdp_buffers = (2 * 2 * block + 6 * block + 8 * root) / tp
-    kernel_copies = 0.0
-    if moe_kernel_copies and s.is_moe:
-        kernel_copies = 2 * s.n_experts * 3 * s.dim * s.moe_hidden_dim * 2
+    grads_before_reduce = 2 + reduce_bytes  # bf16 gradient + its copy in the reduce dtype
+    fsdp_buffers = (2 * 2 * block + grads_before_reduce * block) / tp
+    fsdp_buffers += (2 + grads_before_reduce) * root / tp
     tokens = seq_len * local_batch
+    kernel_copies = kernel_saved = kernel_grads = 0.0
+    if moe_kernel_copies and s.is_moe:
+        from ..model.moe_blockwise import num_blocks
+
+        kept = 1 if activation_checkpoint == "full" else s.n_layers
+        experts_bf16 = s.n_experts * 3 * s.dim * s.moe_hidden_dim * 2
+        kernel_copies = kept * experts_bf16
+        blocks = num_blocks(tokens, s.top_k, s.n_experts, moe_block_size)
+        kernel_saved = kept * blocks * moe_block_size * (2 * s.moe_hidden_dim + s.dim) * 2
+        kernel_grads = experts_bf16
     per_layer = layer_activation_values(s, tokens, activation_checkpoint)
     activations = s.n_layers * per_layer
     if activation_checkpoint == "full":  # one block recomputed at a time
@@ -140,8 +192,11 @@ def estimate_memory(
         optimizer_gib=8 * shard / GIB,
         fsdp_buffers_gib=fsdp_buffers / GIB,
         kernel_copies_gib=kernel_copies / GIB,
+        kernel_saved_gib=kernel_saved / GIB,
+        kernel_grads_gib=kernel_grads / GIB,
         activations_gib=2 * activations / tp / GIB,
         logits_gib=logits / GIB,
         scores_gib=scores / GIB,
+        runtime_gib=runtime_gib,
         hbm_gib=hbm_gib,
     )

@@ -12,7 +12,8 @@ On trn2 it also corrects two readings torchtitan 0.3.0 gets wrong there:
 
 - memory: torch-neuronx's ``memory_stats()`` is nested (``active_bytes: {current,
   peak, ...}``; ``reserved_bytes`` is "currently always 0"), while torchtitan reads flat
-  CUDA keys (``active_bytes.all.peak``) and would log -1 B;
+  CUDA keys (``active_bytes.all.peak``) and would log -1 B; each rank reads its own
+  device's statistics (torch-neuronx keys them by device index);
 - MFU: torchtitan's peak for every trn2 device is 2 x 79 TFLOPS whatever the logical
   core size; we use 79 TFLOPS x LNC (``trn2.Topology.peak_tflops_per_core``).
 """
@@ -104,6 +105,20 @@ class NeuronMemoryMonitor(DeviceMemoryMonitor):
         )
 
 
+def rank_memory_monitor(device_type: str) -> NeuronMemoryMonitor:
+    """The memory monitor for this rank's own device (``neuron:LOCAL_RANK``).
+
+    Why: torch-neuronx keys its allocator statistics by the PyTorch device index, and
+    each rank trains on the device torchtitan's trainer made current
+    (``set_device(get_local_device())``, before the metrics processor is built). A
+    monitor fixed at ``neuron:0`` reads device 0's allocator, which only rank 0 uses:
+    every other rank would log 0 GiB.
+    """
+    from torchtitan.tools.utils import device_module
+
+    return NeuronMemoryMonitor(f"{device_type}:{device_module.current_device()}")
+
+
 class Qwen3TrnMetrics(MetricsProcessor):
     """torchtitan's MetricsProcessor + metrics.jsonl (+ trn2 memory and MFU readings)."""
 
@@ -120,7 +135,7 @@ class Qwen3TrnMetrics(MetricsProcessor):
         if device_type == "neuron":
             from ..trn2 import Topology, lnc_from_env
 
-            self.device_memory_monitor = NeuronMemoryMonitor(f"{device_type}:0")
+            self.device_memory_monitor = rank_memory_monitor(device_type)
             self.gpu_peak_flops = Topology(lnc_from_env()).peak_tflops_per_core * 1e12
         self.jsonl: JsonlMetricsLogger | None = None
         rank0 = not dist.is_initialized() or dist.get_rank() == 0

@@ -314,6 +314,123 @@ def keep_transformers_init() -> Iterator[None]:
             setattr(owner, name, value)
 
 
+# --- torchtitan's Qwen3 decoder (variants "native" and "nki_moe") -------------------
+
+
+#: torchtitan versions whose Qwen3 parallelisation unties the embedding before FSDP
+UNTIES_BEFORE_FSDP = ("0.3.",)
+
+
+def torchtitan_unties_before_fsdp() -> bool:
+    """The version gate of :func:`tie_embedding_before_fsdp` (torchtitan 0.3.x)."""
+    from importlib import metadata
+
+    return metadata.version("torchtitan").startswith(UNTIES_BEFORE_FSDP)
+
+
+def retie_embedding(model: torch.nn.Module) -> bool:
+    """``tok_embeddings.weight = lm_head.weight`` where a tied decoder lost its tie.
+
+    Only when both are the same kind of tensor of one shape and layout (TP shards both
+    rows-first, ``S(0)``), so the one parameter is valid in both modules; returns
+    whether it re-tied.
+    """
+    embed = getattr(model, "tok_embeddings", None)
+    head = getattr(model, "lm_head", None)
+    if not getattr(model, "enable_weight_tying", False) or embed is None or head is None:
+        return False
+    a, b = embed.weight, head.weight
+    if a is b or type(a) is not type(b) or a.shape != b.shape:
+        return False
+    if getattr(a, "placements", None) != getattr(b, "placements", None):
+        return False
+    embed.weight = b
+    return True
+
+
+@contextmanager
+def tie_embedding_before_fsdp() -> Iterator[None]:
+    """Tie the embedding to the output layer again before FSDP shards them.
+
+    Why: torchtitan 0.3.0's Qwen3 ties the tables in ``Decoder.__init__``
+    (``tok_embeddings.weight = lm_head.weight``), but ``parallelize_qwen3`` first
+    calls ``model.parallelize()`` (the default ``spmd_backend="spmd_types"``, at any
+    TP degree, one rank included), which re-registers each module's weight as a new
+    ``nn.Parameter``, and only then ``apply_fsdp_to_decoder``, which shards
+    ``[tok_embeddings, norm, lm_head]`` as one group expecting one shared table. FSDP
+    finds two parameters and manages both; ``Decoder.init_states`` re-ties afterwards.
+    Gradients still add up, but every step all-gathers and reduce-scatters the
+    151,936-row table twice and holds two unsharded copies (Qwen3-4B's table is
+    0.78 GB in bf16: 0.19 GB per rank and gather at TP 4). We wrap the
+    ``apply_fsdp_to_decoder`` name parallelize_qwen3 calls and re-tie first, as
+    ``init_states`` would; same model, same losses.
+
+    Upstream report (torchtitan 0.3.0, torch 2.14)::
+
+        Tied embeddings are sharded as two FSDP parameters (Qwen3, spmd_types)
+
+        # repro.py; torchrun --nproc_per_node 1 repro.py (one GPU)
+        from torchtitan.config import ConfigManager
+        config = ConfigManager().parse_args(
+            ["--module", "qwen3", "--config", "qwen3_debugmodel", "--training.steps", "1"]
+        )
+        trainer = config.build()  # debugmodel: enable_weight_tying=True
+        m = trainer.model_parts[0]
+        assert m.tok_embeddings.weight is m.lm_head.weight  # re-tied by init_states
+        group = m.lm_head._get_fsdp_state()._fsdp_param_group
+        print(sum(p._module_info.module in (m.tok_embeddings, m.lm_head)
+                  for p in group.fsdp_params))  # 2; expected 1
+
+        Cause: parallelize_qwen3 calls model.parallelize(parallel_dims) before
+        apply_fsdp_to_decoder; Module._spmd_distribute_state registers a new
+        nn.Parameter per module, so tok_embeddings.weight is no longer
+        lm_head.weight when fully_shard([tok_embeddings, norm, lm_head]) runs, and
+        FSDP manages both. Decoder.init_states re-ties after sharding, too late for
+        FSDP: the table is all-gathered and reduce-scattered twice a step. Fix:
+        re-tie (tok_embeddings.weight = lm_head.weight) after model.parallelize and
+        before apply_fsdp_to_decoder.
+
+    (Checked here on a CPU with the tiny presets: tests/test_patches.py.)
+    The transformers backend is not affected by this patch: its
+    ``parallelize_hf_transformers`` unties the tables on purpose (a cloned lm_head).
+    """
+    from ..torchtitan_internals import qwen3_parallelize_module
+
+    module = qwen3_parallelize_module()
+    original = module.apply_fsdp_to_decoder
+
+    def apply_fsdp_to_decoder(model: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        retie_embedding(model)
+        return original(model, *args, **kwargs)
+
+    with replaced(module, "apply_fsdp_to_decoder", apply_fsdp_to_decoder):
+        yield
+
+
+def fsdp_table_parameters(model_parts: list[torch.nn.Module]) -> int:
+    """FSDP parameters of the vocabulary tables (``tok_embeddings``, ``lm_head``).
+
+    A tied table sharded once is 1; untied tables are 2. Reads FSDP2's parameter
+    groups (private torch names: ``_get_fsdp_state``, ``_fsdp_param_group``,
+    ``_module_info``); for tests and measurements only.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    tables, groups = [], {}
+    for part in model_parts:
+        tables += [getattr(part, name, None) for name in ("tok_embeddings", "lm_head")]
+        for m in part.modules():
+            if isinstance(m, FSDPModule):
+                group = m._get_fsdp_state()._fsdp_param_group
+                if group is not None:
+                    groups[id(group)] = group
+    return sum(
+        any(p._module_info.module is t for t in tables if t is not None)
+        for g in groups.values()
+        for p in g.fsdp_params
+    )
+
+
 #: patches a variant names in its registry entry (model/variants.py)
 VARIANT_PATCHES: dict[str, Callable[[str], Any]] = {
     # (device_type) -> context manager
@@ -322,6 +439,9 @@ VARIANT_PATCHES: dict[str, Callable[[str], Any]] = {
     ),
     "hf_backend_sdpa": lambda device: hf_backend_sdpa() if device != "cuda" else nullcontext(),
     "keep_transformers_init": lambda device: keep_transformers_init(),
+    "tie_embedding_before_fsdp": lambda device: (
+        tie_embedding_before_fsdp() if torchtitan_unties_before_fsdp() else nullcontext()
+    ),
 }
 
 

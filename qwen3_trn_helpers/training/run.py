@@ -20,7 +20,7 @@ from ..errors import ConfigError
 from .spec import RunSpec
 
 
-def make_spec(variant: str = "native", **params: Any) -> RunSpec:
+def make_spec(variant: str | None = None, **params: Any) -> RunSpec:
     """A validated RunSpec, with a clear error for a misspelt parameter."""
     names = {f.name for f in fields(RunSpec)}
     unknown = sorted(set(params) - names)
@@ -34,7 +34,7 @@ def make_spec(variant: str = "native", **params: Any) -> RunSpec:
 
 
 def run(
-    variant: str = "native",
+    variant: str | None = None,
     *,
     progress: bool = True,
     verbose: bool = False,
@@ -42,7 +42,10 @@ def run(
     on_step: Callable[[dict[str, Any]], None] | None = None,
     **params: Any,
 ):
-    """Train and return a :class:`~.train.RunResult` (losses, metrics, run folder)."""
+    """Train and return a :class:`~.train.RunResult` (losses, metrics, run folder).
+
+    ``variant`` None: the one the preset implies (nki_moe for an MoE preset, else native).
+    """
     spec = make_spec(variant, **params)
     return run_spec(spec, progress=progress, verbose=verbose, label=label, on_step=on_step)
 

@@ -42,7 +42,12 @@ def _param(default: Any, help: str, **cli: Any) -> Any:
 class RunSpec:
     """Everything that defines a training run, as the user gave it."""
 
-    variant: str = _param("native", "which Qwen3 implementation", choices=tuple(VARIANTS))
+    variant: str = _param(
+        None,
+        "which Qwen3 implementation (default: the one the preset implies: nki_moe for "
+        "an MoE preset such as 30b-a3b, else native)",
+        choices=tuple(VARIANTS),
+    )
     preset: str | None = _param(
         None,
         "model size and layout (default: the variant's small preset; on trn2 with "
@@ -132,6 +137,13 @@ class RunSpec:
     )
     out: str | None = _param(None, "run folder (default: runs/<date-time>)")
     overwrite: bool = _param(False, "replace a previous run in --out (metrics and checkpoints)")
+
+    def __post_init__(self) -> None:
+        # A spec made without a variant takes the one its preset implies, here, where
+        # every spec is made (CLI, Python API, run.json, a rank's argv), so they agree
+        # and ``spec.variant`` is always a name once the spec exists.
+        if self.variant is None:
+            object.__setattr__(self, "variant", implied_variant(self.preset))
 
     def replace(self, **changes: Any) -> RunSpec:
         return dataclasses.replace(self, **changes)
@@ -227,11 +239,15 @@ class RunSpec:
         return self.nnodes * self.nproc
 
     def to_argv(self) -> list[str]:
-        """``qwen3-trn train`` flags that rebuild this spec (defaults left out)."""
+        """``qwen3-trn train`` flags that rebuild this spec (defaults left out).
+
+        The variant's default is the one the preset implies, so it is left out too.
+        """
         argv = []
         for f in fields(self):
             value = getattr(self, f.name)
-            if value == f.default:
+            default = implied_variant(self.preset) if f.name == "variant" else f.default
+            if value == default:
                 continue
             flag = "--" + f.name.replace("_", "-")
             argv += [flag] if value is True else [flag, str(value)]
@@ -283,6 +299,21 @@ class RunSpec:
             layout=Layout(tp=tp),
             seq_len=min(preset.seq_len, shape.max_seq_len),
         )
+
+
+def implied_variant(preset: str | None) -> str:
+    """The variant a run without ``--variant`` uses: the only one its preset fits, else native.
+
+    An MoE preset (30b-a3b, tiny_moe) fits only the MoE variant, so naming the preset
+    is enough; a dense preset fits native and transformers_v5, and native is the
+    default. An unknown preset name is left to :meth:`RunSpec.validate` to report.
+    """
+    if preset in PRESETS:
+        moe = PRESETS[preset].shape.is_moe
+        fitting = [v.name for v in VARIANTS.values() if v.moe == moe]
+        if len(fitting) == 1:
+            return fitting[0]
+    return "native"
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:
@@ -382,6 +413,11 @@ class Plan:
         return self.preset.loss_chunks
 
     @property
+    def reduce_dtype(self) -> str:
+        """The gradient reduce-scatter dtype: the preset's, fp32 when the run is fp32."""
+        return self.preset.reduce_dtype if self.spec.mixed_precision == "bfloat16" else "float32"
+
+    @property
     def flavor(self) -> str:
         return self.preset.name
 
@@ -406,6 +442,9 @@ class Plan:
             loss_chunks=self.loss_chunks,
             scores_materialised=on_neuron and self.attention == "document",
             moe_kernel_copies=on_neuron and self.moe_block_size > 0,
+            moe_block_size=self.moe_block_size,
+            reduce_bytes=2 if self.reduce_dtype == "bfloat16" else 4,
+            runtime_gib=topology.runtime_reserved_gib if on_neuron else 0.0,
             hbm_gib=topology.hbm_gib_per_core,
         )
 
@@ -529,13 +568,15 @@ def plan_run(spec: RunSpec, *, device_type: str | None = None) -> Plan:
         if not memory.fits:
             raise ConfigError(
                 f"preset {preset.name!r} on {world} rank(s) needs about "
-                f"{memory.total_gib:.1f} GiB per NeuronCore, more than its "
-                f"{memory.hbm_gib:.0f} GiB: launch it on {preset.world_size} ranks "
+                f"{memory.total_gib:.1f} GiB per NeuronCore, more than the "
+                f"{memory.usable_gib:.1f} GiB a plan may use (90% of its "
+                f"{memory.hbm_gib:.0f} GiB): launch it on {preset.world_size} ranks "
                 f"(--nproc {preset.world_size}, as reproduce does), or train a smaller "
                 "preset in this process"
                 if preset.world_size > world // replicas
                 else f"preset {preset.name!r} needs about {memory.total_gib:.1f} GiB per "
-                f"NeuronCore, more than its {memory.hbm_gib:.0f} GiB: shorten --seq-len or "
-                "use activation checkpointing"
+                f"NeuronCore, more than the {memory.usable_gib:.1f} GiB a plan may use "
+                f"(90% of its {memory.hbm_gib:.0f} GiB): shorten --seq-len or use "
+                "activation checkpointing"
             )
     return plan

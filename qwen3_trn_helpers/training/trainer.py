@@ -212,6 +212,7 @@ def trainer_config(
             seq_len=plan.seq_len,
             steps=spec.steps,
             mixed_precision_param=spec.mixed_precision,
+            mixed_precision_reduce=plan.reduce_dtype,
         ),
         parallelism=ParallelismConfig(
             data_parallel_replicate_degree=plan.dp_replicate,  # HSDP across nodes
