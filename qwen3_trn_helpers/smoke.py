@@ -503,16 +503,17 @@ def rung_collectives() -> None:
         print(f"ok: {world} ranks on {device_type} ({backend}): all_reduce and an FSDP2 step")
 
 
-def _nki_vs_reference(experts: int, top_k: int) -> tuple[float, str]:
+def _nki_vs_reference(experts: int, top_k: int, tokens: int = 256) -> tuple[float, str]:
     """(largest relative error, its tensor): NKI op vs reference, forward and gradients,
-    at Qwen3-30B-A3B's expert width (H 2048, I 768) and block size 256."""
+    at Qwen3-30B-A3B's expert width (H 2048, I 768) and block size 256, for ``tokens``
+    tokens (4,096, the preset's sequence, gives the block count training launches)."""
     import torch
 
     from .model.moe_blockwise import blockwise_experts_reference, blockwise_mapping
     from .model.nki_moe import blockwise_experts_nki
 
     torch.manual_seed(0)
-    T, H, I, E, K, B = 256, 2048, 768, experts, top_k, 256  # noqa: E741 (the kernel's names)
+    T, H, I, E, K, B = tokens, 2048, 768, experts, top_k, 256  # noqa: E741 (the kernel's names)
     ids = torch.stack([torch.randperm(E)[:K] for _ in range(T)])
     scores = torch.softmax(torch.randn(T, K), -1)
     pos, b2e = blockwise_mapping(ids, E, B)
@@ -536,21 +537,22 @@ def _nki_vs_reference(experts: int, top_k: int) -> tuple[float, str]:
 
 def rung_nki_moe_kernel() -> None:
     """The NKI op against the reference: 4 experts (top-2), then Qwen3-30B-A3B's 128
-    experts (top-8), the count the 30b-a3b preset trains with."""
+    experts (top-8), the count the 30b-a3b preset trains with, at 256 tokens and at the
+    preset's 4,096 (the real block count: 255 blocks of 256)."""
     from .device import detect_device_type
 
     if detect_device_type() != "neuron":
         _skip("needs a NeuronCore (the NKI kernels run only on Trainium)")
     worst = 0.0
-    for experts, top_k in ((4, 2), (128, 8)):
-        err, name = _nki_vs_reference(experts, top_k)
+    for experts, top_k, tokens in ((4, 2, 256), (128, 8, 256), (128, 8, 4096)):
+        err, name = _nki_vs_reference(experts, top_k, tokens)
         if err > 2e-2:
-            print(f"fail: {experts} experts, top-{top_k}: {name} differs from the reference "
-                  f"by {err:.2e} (relative)")  # fmt: skip
+            print(f"fail: {experts} experts, top-{top_k}, {tokens} tokens: {name} differs "
+                  f"from the reference by {err:.2e} (relative)")  # fmt: skip
             sys.exit(1)
         worst = max(worst, err)
     print(f"ok: NKI MoE = reference within {worst:.1e} (relative, bf16), fwd and grads, "
-          "4 and 128 experts")  # fmt: skip
+          "4 and 128 experts, 256 and 4,096 tokens")  # fmt: skip
 
 
 def spmd_backend_command(backend: str, out: Path) -> list[str]:

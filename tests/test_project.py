@@ -65,8 +65,10 @@ def test_notebook_lint(path: Path):
         assert not ABS_PATH.search(src), f"{path.name}: absolute path in {src[:80]!r}"
     first = "".join(cells[0]["source"])
     assert first.startswith("# ") and "**Goal.**" in first and "Expected time" in first
-    last = "".join(cells[-1]["source"])
-    assert "## Exercises" in last and "shut" in last.lower()
+    # the exercises (ending with how to shut the kernel down), then the sources
+    exercises, last = "".join(cells[-2]["source"]), "".join(cells[-1]["source"])
+    assert "## Exercises" in exercises and "shut" in exercises.lower()
+    assert last.startswith("## References") and "https://" in last
     solution = re.search(r"notebooks/solutions/(s\d\d_\w+\.py)", last)
     assert solution and (ROOT / "notebooks/solutions" / solution.group(1)).exists()
 
