@@ -69,7 +69,7 @@ def test_notebook_lint(path: Path):
     exercises, last = "".join(cells[-2]["source"]), "".join(cells[-1]["source"])
     assert "## Exercises" in exercises and "shut" in exercises.lower()
     assert last.startswith("## References") and "https://" in last
-    solution = re.search(r"notebooks/solutions/(s\d\d_\w+\.py)", last)
+    solution = re.search(r"notebooks/solutions/(s\d\d_\w+\.py)", exercises)
     assert solution and (ROOT / "notebooks/solutions" / solution.group(1)).exists()
 
 
