@@ -77,6 +77,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# Where triton cannot be installed (macOS, Windows) torchtitan's own entry point needs
+# our stand-in for its import of triton before it imports anything: a .pth start-up
+# hook (qwen3_trn_helpers/without_triton.py); removed again where triton is present.
+hook=$("$py" -c "from qwen3_trn_helpers import without_triton as w; print(w.write_pth() or '')")
+[ -n "$hook" ] && echo "triton is not installable here: torchtitan's import of it stood in for ($hook)"
+
 "$VENV/bin/qwen3-trn" assets
 [ "$install_only" = 1 ] && exit 0
 
