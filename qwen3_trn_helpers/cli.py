@@ -325,6 +325,20 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
     report = device_report()
     print(report)
+    from .without_triton import PTH_LINE, pth_path, triton_importable
+
+    if not triton_importable():
+        hook = pth_path()
+        print(
+            f"\ntriton cannot be imported here (PyPI has Linux wheels only): qwen3-trn, run() and "
+            "the notebooks train every variant without it. torchtitan's own entry point "
+            f"(python -m torchtitan.train) needs the start-up hook {hook}: "
+            + (
+                "present"
+                if hook.exists()
+                else f"missing; scripts/setup.sh writes it ({PTH_LINE.strip()})"
+            )
+        )
     if not report.on_trainium:
         gflops = cpu_matmul_peak() / 1e9
         print(f"\nmeasured bf16 matmul peak of this CPU: {gflops:,.0f} GFLOP/s (2048^3, 3 runs)")

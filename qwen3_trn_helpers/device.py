@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 
 from .errors import DeviceError
+from .without_triton import triton_summary
 
 DEVICE_TYPES = ("auto", "neuron", "cuda", "cpu")
 
@@ -64,9 +65,10 @@ def other_accelerator() -> str | None:
 def detect_device_type() -> str:
     """neuron, else cuda, else cpu: the order a trn2 user expects.
 
-    Other accelerators (a Mac's ``mps``) train on the CPU: torchtitan's FSDP and our
-    patches are written for neuron, cuda and cpu, and the tiny presets are fast enough
-    on a laptop CPU. :func:`device_note` says so where it matters.
+    Other accelerators (a Mac's ``mps``) train on the CPU, so ``--device auto`` is the
+    CPU on a Mac: torchtitan's FSDP and our patches are written for neuron, cuda and
+    cpu, and nobody has shown torchtitan 0.3.0 training on MPS (not testable here), while
+    the tiny presets are fast enough on a laptop CPU. :func:`device_note` says so.
     """
     import torch
 
@@ -150,6 +152,7 @@ class DeviceReport:
     torch_neuronx: str | None
     torchtitan: str | None
     transformers: str | None
+    triton: str
     cpu_count: int
     note: str | None
 
@@ -208,6 +211,7 @@ def device_report() -> DeviceReport:
         torch_neuronx=_version("torch-neuronx"),
         torchtitan=_version("torchtitan"),
         transformers=_version("transformers"),
+        triton=triton_summary(),
         cpu_count=os.cpu_count() or 1,
         note=device_note(),
     )

@@ -116,3 +116,17 @@ print("RESULT", json.dumps(dict(losses=losses, stood_in=without_triton.stood_in(
     titan = (tmp_path / "titan" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in titan] == [1, 2]
     print(f"no-triton child: {elapsed:.0f} s")
+
+
+def test_doctor_and_preflight_say_what_an_absent_triton_means(monkeypatch, capsys):
+    """What a Mac user reads in `qwen3-trn doctor` and notebook 00."""
+    from qwen3_trn_helpers import cli
+    from qwen3_trn_helpers.lessons import preflight
+
+    monkeypatch.setattr(without_triton, "triton_importable", lambda: False)
+    monkeypatch.setattr(preflight, "cpu_matmul_peak", lambda: 1e11)
+    assert cli.main(["doctor"]) == 0
+    (row,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("triton")]
+    assert "absent: fine for this course" in row
+    (check,) = [c for c in preflight.check_environment(build_assets=False) if c.name == "triton"]
+    assert check.ok and check.detail.startswith("absent") and not check.required

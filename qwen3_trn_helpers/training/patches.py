@@ -65,6 +65,10 @@ def replaced_item(mapping: dict, key: Any, value: Any) -> Iterator[None]:
 # --- the device torchtitan trains on ------------------------------------------------
 
 
+#: ``ru_maxrss`` is in KiB on Linux and in bytes on macOS (getrusage(2) on each)
+RU_MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024
+
+
 class CpuDeviceModule:
     """The slice of the ``torch.cuda`` API torchtitan calls, answered for the host CPU.
 
@@ -98,7 +102,7 @@ class CpuDeviceModule:
 
     @staticmethod
     def memory_stats(device: Any = None) -> dict[str, int]:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * RU_MAXRSS_UNIT
         return {
             "active_bytes.all.peak": peak,
             "reserved_bytes.all.peak": peak,
