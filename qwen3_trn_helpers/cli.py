@@ -184,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_train(args: argparse.Namespace) -> int:
     from .device import resolve_device
     from .lessons.plots import save_loss_plot
+    from .training.launch import confine_rank_to_its_core
     from .training.published import resolve_init
     from .training.rendezvous import launched_by_torchrun, rank, ranks_per_node, world_size
     from .training.run import launches, run_spec
@@ -193,6 +194,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         per_node = ranks_per_node()
         spec = spec.replace(nproc=per_node, nnodes=world_size() // per_node)
     spec.validate()
+    if launched_by_torchrun() and spec.neuron_cores is not None:
+        confine_rank_to_its_core(spec)  # before torch (and torch-neuronx) is imported
     device = resolve_device(spec.device)
     _set_offline(spec, device)
     if args.verbose:

@@ -84,11 +84,31 @@ def rank_environment(spec: RunSpec, device_type: str) -> dict[str, str]:
     if device_type == "cpu":
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // spec.nproc)))
     if device_type == "neuron":
-        env = neuron_rank_environment(env)
+        env = neuron_rank_environment(env, spec.neuron_cores)
     return env
 
 
-def neuron_rank_environment(env: dict[str, str]) -> dict[str, str]:
+def confine_rank_to_its_core(spec: RunSpec, environ: dict[str, str] | None = None) -> str:
+    """In a rank torchrun started: ``NEURON_RT_VISIBLE_CORES`` = the slice's first + LOCAL_RANK.
+
+    torchrun gives every rank the same environment, so a per-rank value can only be set
+    inside the rank. The Neuron runtime reads the variable when it starts (the Neuron
+    runtime configuration guide: each process reserves the cores it names), and
+    torch-neuronx fills it with LOCAL_RANK only while it is unset; so this runs first
+    thing in the rank, before torch (which autoloads torch-neuronx) is imported. With
+    ``--neuron-cores 8-15`` rank i gets core 8 + i: the same one-core-per-rank layout
+    torch-neuronx makes by default, moved to the class member's slice. Returns the core.
+    """
+    environ = os.environ if environ is None else environ
+    from ..trn2 import rank_visible_core
+
+    spec.core_slice()  # the slice must hold exactly this node's ranks
+    core = rank_visible_core(spec.neuron_cores, int(environ.get("LOCAL_RANK", "0")))
+    environ["NEURON_RT_VISIBLE_CORES"] = core
+    return core
+
+
+def neuron_rank_environment(env: dict[str, str], neuron_cores: str | None = None) -> dict[str, str]:
     """What every Neuron rank needs, for training launches and the smoke ladder alike.
 
     - The logical-core size is set explicitly: NKI kernels default to LNC 1 while the
@@ -96,15 +116,22 @@ def neuron_rank_environment(env: dict[str, str]) -> dict[str, str]:
     - NEURON_RT_VISIBLE_CORES is removed: torch-neuronx gives each rank its own core
       (NEURON_RT_VISIBLE_CORES = LOCAL_RANK) when the process group starts, but only if
       the variable is unset; a value such as "0-63" inherited from a shell would give
-      every rank all 64 cores and fail its one-device-per-process check.
+      every rank all 64 cores and fail its one-device-per-process check. With
+      ``neuron_cores`` (``--neuron-cores 8-15``) each rank sets its own core from its
+      LOCAL_RANK (:func:`confine_rank_to_its_core`).
     """
     env = dict(env)
     env.setdefault("NEURON_LOGICAL_NC_CONFIG", str(DEFAULT_LNC))
     visible = env.pop("NEURON_RT_VISIBLE_CORES", None)
     if visible:
+        where = (
+            f"rank i takes core {neuron_cores.partition('-')[0]}+i of --neuron-cores {neuron_cores}"
+            if neuron_cores
+            else "torch-neuronx gives rank i core i itself (--neuron-cores FIRST-LAST "
+            "confines a run to a slice)"
+        )
         print(
-            f"note: NEURON_RT_VISIBLE_CORES={visible} is not passed to the ranks; "
-            "torch-neuronx gives rank i core i itself",
+            f"note: NEURON_RT_VISIBLE_CORES={visible} is not passed to the ranks; {where}",
             file=sys.stderr,
         )
     return env
