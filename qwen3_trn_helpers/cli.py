@@ -122,8 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     dry = sub.add_parser(
         "dry-run",
         parents=[debug],
-        help="build a trn2 preset at its real size on 64 simulated ranks (torchtitan's fake "
-        "backend) on this CPU, one step: parameters and memory per rank",
+        help="build a preset at its real size on its simulated ranks (torchtitan's fake "
+        "backend: 64 for trn2's, 1 for tiny and 0.6b) on this CPU, one step: parameters and "
+        "memory per rank (a one-rank preset: also against this machine's memory)",
     )
     add_spec_arguments(dry, ("variant", "preset", "seq_len", "nproc", "nnodes", "moe_impl"))
     dry.add_argument("--json", action="store_true", help="one JSON object instead of a table")

@@ -17,6 +17,7 @@ a NeuronCore.
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -57,6 +58,8 @@ class DryRunReport:
     build_s: float
     step_s: float
     shards: list[dict[str, Any]] = field(default_factory=list)
+    # a one-rank preset (tiny, 0.6b) is also meant for a laptop: this machine's memory
+    machine_gib: float | None = None
 
     @property
     def measured_state_gib(self) -> float:
@@ -71,12 +74,18 @@ class DryRunReport:
     def fits(self) -> bool:
         return self.total_gib < self.hbm_gib
 
+    @property
+    def fits_machine(self) -> bool | None:
+        """For a one-rank preset: whether one CPU rank of it fits this machine's memory."""
+        return None if self.machine_gib is None else self.total_gib < self.machine_gib
+
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data.update(
             measured_state_gib=round(self.measured_state_gib, 3),
             total_gib=round(self.total_gib, 2),
             fits=self.fits,
+            fits_machine=self.fits_machine,
         )
         return data
 
@@ -98,6 +107,14 @@ class DryRunReport:
             {"": "total per rank GiB (measured + estimated)", "value": round(self.total_gib, 2)},
             {"": "HBM per logical core GiB", "value": self.hbm_gib},
             {"": "fits", "value": self.fits},
+            *(
+                [
+                    {"": "this machine's memory GiB", "value": round(self.machine_gib, 1)},
+                    {"": "fits this machine (one CPU rank)", "value": self.fits_machine},
+                ]
+                if self.machine_gib is not None
+                else []
+            ),
             {"": "build / one step, s", "value": f"{self.build_s:.1f} / {self.step_s:.1f}"},
         ]
 
@@ -155,9 +172,11 @@ def dry_run(
     """Build ``spec``'s trn2 configuration on the CPU, rank 0 of its world, and step once.
 
     ``spec.preset`` defaults to the variant's trn2 preset and ``spec.nproc`` (when 1) to
-    the preset's world size; ``spec.nnodes`` nodes of those (HSDP across them) make the
-    world. ``layers`` keeps the layout but builds fewer layers (for a
-    quick check of the 30B-A3B layout). On trn2 (or with ``isolate=True``) the dry run
+    the preset's world size (1 for the one-rank presets, tiny and 0.6b: then one
+    NeuronCore, and the report also sets the total beside this machine's memory, since
+    those presets train on a laptop's CPU too); ``spec.nnodes`` nodes of those (HSDP
+    across them) make the world. ``layers`` keeps the layout but builds fewer layers (for
+    a quick check of the 30B-A3B layout). On trn2 (or with ``isolate=True``) the dry run
     happens in a child process, so a notebook kernel never builds a trainer itself.
     """
     from .isolate import call_in_child, should_isolate
@@ -229,4 +248,13 @@ def dry_run(
         build_s=built - started,
         step_s=stepped - built,
         shards=shards,
+        machine_gib=None if trn2.preset.full_size else machine_memory_gib(),
     )
+
+
+def machine_memory_gib() -> float | None:
+    """This machine's physical memory (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
+    except (ValueError, OSError, AttributeError):
+        return None
