@@ -112,3 +112,53 @@ print("SEEN", __import__("json").dumps(seen))
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("SEEN "))
     assert json.loads(line.removeprefix("SEEN ")) == ["9"], proc.stderr[-2000:]
     assert "no Trainium device is visible" in proc.stderr
+
+
+def test_a_students_share_gives_every_notebook_run_its_first_cores():
+    """QWEN3_TRN_NEURON_CORES=8-15: a one-rank notebook run takes core 8, a two-rank one
+    8-9, a 64-rank one is refused naming the share; an explicit slice wins."""
+    env = {launch.CLASS_SLICE_ENV: "8-15"}
+    assert launch.with_class_slice(RunSpec(), env).neuron_cores == "8-8"
+    assert launch.with_class_slice(RunSpec(nproc=2, out="x"), env).neuron_cores == "8-9"
+    explicit = RunSpec(nproc=2, neuron_cores="20-21", out="x")
+    assert launch.with_class_slice(explicit, env) is explicit
+    assert launch.with_class_slice(RunSpec(), {}).neuron_cores is None
+    with pytest.raises(ConfigError, match=r"starts 64 ranks but your share .*8-15\) holds 8"):
+        launch.with_class_slice(RunSpec(nproc=64, out="x"), env)
+    with pytest.raises(ConfigError, match="QWEN3_TRN_NEURON_CORES: '8-99' goes past"):
+        launch.with_class_slice(RunSpec(), {launch.CLASS_SLICE_ENV: "8-99"})
+
+
+def test_every_trn2_launch_takes_the_share(monkeypatch, tmp_path):
+    """launch() (every run on trn2, even a notebook's one-rank one) applies the share."""
+    seen = []
+    monkeypatch.setenv(launch.CLASS_SLICE_ENV, "16-23")
+    monkeypatch.setattr(launch, "_launch_in", lambda out, spec, *rest: seen.append(spec))
+    launch.launch(RunSpec(nproc=2, out=str(tmp_path / "run")), "neuron")
+    launch.launch(RunSpec(nproc=2, out=str(tmp_path / "cpu")), "cpu")
+    assert [s.neuron_cores for s in seen] == ["16-17", None]
+
+
+def test_torchtitans_own_entry_point_in_notebook_02_takes_the_shares_first_core(
+    monkeypatch, tmp_path
+):
+    import subprocess as sp
+
+    from qwen3_trn_helpers.lessons import torchtitan_view
+
+    seen = {}
+
+    def fake_run(cmd, **kwargs):
+        seen.clear()
+        seen.update(kwargs["env"])
+        (tmp_path / "metrics.jsonl").write_text("")
+        return sp.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(torchtitan_view.subprocess, "run", fake_run)
+    monkeypatch.setenv(launch.CLASS_SLICE_ENV, "24-31")
+    torchtitan_view.torchtitan_entry_point("qwen3_trn_tiny_native", tmp_path)
+    assert seen["NEURON_RT_VISIBLE_CORES"] == "24"
+    monkeypatch.delenv(launch.CLASS_SLICE_ENV)
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
+    torchtitan_view.torchtitan_entry_point("qwen3_trn_tiny_native", tmp_path)
+    assert "NEURON_RT_VISIBLE_CORES" not in seen  # no share: torch-neuronx's own default

@@ -88,6 +88,56 @@ def rank_environment(spec: RunSpec, device_type: str) -> dict[str, str]:
     return env
 
 
+#: a student's share of a trn2 used by a class (e.g. "8-15"), for runs that name none
+CLASS_SLICE_ENV = "QWEN3_TRN_NEURON_CORES"
+
+
+def with_class_slice(spec: RunSpec, environ: dict[str, str] | None = None) -> RunSpec:
+    """``spec`` with ``neuron_cores`` taken from the student's slice, when it names none.
+
+    A class sharing one trn2 gives each student a slice of NeuronCores once, in their
+    environment (``QWEN3_TRN_NEURON_CORES=8-15``); every run the notebooks start (one
+    rank, two ranks) then takes the first ``nproc`` cores of it, and a run that needs
+    more ranks than the slice holds is refused before it starts, naming the slice.
+    """
+    environ = os.environ if environ is None else environ
+    share = environ.get(CLASS_SLICE_ENV)
+    if spec.neuron_cores is not None or not share:
+        return spec
+    from ..trn2 import core_slice
+
+    try:
+        cores = core_slice(share)
+    except ValueError as e:
+        raise ConfigError(f"{CLASS_SLICE_ENV}: {e}") from None
+    if spec.nproc > len(cores):
+        raise ConfigError(
+            f"this run starts {spec.nproc} ranks but your share of the trn2 "
+            f"({CLASS_SLICE_ENV}={share}) holds {len(cores)} NeuronCores: run it with "
+            f"--nproc {len(cores)} or less, or on a trn2 of your own"
+        )
+    return spec.replace(neuron_cores=f"{cores.start}-{cores.start + spec.nproc - 1}").validate()
+
+
+def one_process_share_environment(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for one training process started without torchrun, in a student's share.
+
+    torchtitan's own entry point run as a plain child (notebook 02) has no LOCAL_RANK
+    for torch-neuronx to place it by, and the Neuron runtime would reserve every core
+    it sees; with a share it gets the share's first core, as a one-rank launch does.
+    """
+    share = env.get(CLASS_SLICE_ENV)
+    if not share:
+        return env
+    from ..trn2 import core_slice
+
+    try:
+        first = core_slice(share).start
+    except ValueError as e:
+        raise ConfigError(f"{CLASS_SLICE_ENV}: {e}") from None
+    return {**env, "NEURON_RT_VISIBLE_CORES": str(first)}
+
+
 def confine_rank_to_its_core(spec: RunSpec, environ: dict[str, str] | None = None) -> str:
     """In a rank torchrun started: ``NEURON_RT_VISIBLE_CORES`` = the slice's first + LOCAL_RANK.
 
@@ -179,6 +229,8 @@ def launch(
     """
     from .train import new_out_dir, own_run_folder
 
+    if device_type == "neuron":
+        spec = with_class_slice(spec)
     multinode = spec.nnodes > 1
     if multinode:
         torchrun_command(spec)  # refuses a job without its endpoint
