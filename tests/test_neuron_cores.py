@@ -162,3 +162,24 @@ def test_torchtitans_own_entry_point_in_notebook_02_takes_the_shares_first_core(
     monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
     torchtitan_view.torchtitan_entry_point("qwen3_trn_tiny_native", tmp_path)
     assert "NEURON_RT_VISIBLE_CORES" not in seen  # no share: torch-neuronx's own default
+
+
+def test_the_notebooks_other_children_see_only_the_shares_first_core(monkeypatch):
+    """Children a notebook starts on trn2 (its helpers, 01's tensor on a NeuronCore)."""
+    import subprocess as sp
+
+    from qwen3_trn_helpers.lessons import registration
+    from qwen3_trn_helpers.training import isolate
+
+    envs = []
+
+    def fake_run(cmd, **kwargs):
+        envs.append(kwargs["env"])
+        return sp.CompletedProcess(cmd, 0, '__RESULT__{}\n{"ok": 1}\n', "")
+
+    monkeypatch.setattr(sp, "run", fake_run)
+    monkeypatch.setattr(isolate, "_RESULT", "__RESULT__")
+    monkeypatch.setenv(launch.CLASS_SLICE_ENV, "40-47")
+    isolate.call_in_child("x:y")
+    registration.device_round_trip()
+    assert [e["NEURON_RT_VISIBLE_CORES"] for e in envs] == ["40", "40"]
