@@ -86,7 +86,8 @@ def device_note() -> str | None:
         return None
     return (
         f"torch sees a {other!r} accelerator; this course trains on neuron, cuda or the "
-        "CPU, so the tiny models train on the CPU here (seconds per step)"
+        "CPU (torchtitan 0.3.0 is not shown to train on it), so --device auto is the CPU "
+        "here and the tiny models train in seconds per step"
     )
 
 
