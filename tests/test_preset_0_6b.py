@@ -108,3 +108,17 @@ def test_a_same_shaped_checkpoint_trains_two_steps(tmp_path):
     print(f"0.6b, 2 steps: {time.monotonic() - started:.0f} s")
     lines = Path(tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 2
+
+
+def test_reproduce_with_the_0_6b_preset_asks_the_hub_first(tmp_path):
+    """Notebook 03's "with a network" command, offline: one error line naming the model,
+    at once (the pretrained run resolves first; nothing trains)."""
+    cmd = [sys.executable, "-m", "qwen3_trn_helpers", "reproduce", "--preset", "0.6b",
+           "--out", str(tmp_path / "rep")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "error: could not get Qwen/Qwen3-0.6B from the hub (LocalEntryNotFoundError); "
+        "HF_HUB_OFFLINE is set: unset it to download, or download once elsewhere and pass "
+        "--init DIR"
+    ]
