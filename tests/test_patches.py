@@ -77,3 +77,18 @@ def test_transformers_v5_runs_leave_transformers_alone(tmp_path, monkeypatch):
         run("transformers_v5", steps=1, out=str(tmp_path / "leaked"), progress=False)
         assert PreTrainedModel.__dict__["_init_weights"] is not original
     assert PreTrainedModel.__dict__["_init_weights"] is original
+
+
+def test_cpu_peak_memory_is_in_bytes_and_absent_resource_reads_zero(monkeypatch):
+    """ru_maxrss is KiB on Linux, bytes on macOS; Windows has no ``resource`` module."""
+    import sys
+    from pathlib import Path
+
+    status = Path("/proc/self/status")
+    if status.exists():
+        rss_kib = next(int(ln.split()[1]) for ln in status.read_text().splitlines()
+                       if ln.startswith("VmRSS:"))  # fmt: skip
+        peak = patches.CPU_DEVICE_MODULE.memory_stats()["active_bytes.all.peak"]
+        assert 0.9 * rss_kib * 1024 <= peak < 64 * 2**30  # (the kernel updates it lazily)
+    monkeypatch.setitem(sys.modules, "resource", None)
+    assert patches.CPU_DEVICE_MODULE.memory_stats()["active_bytes.all.peak"] == 0

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import platform
-import resource
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -97,12 +96,21 @@ class CpuDeviceModule:
 
     @staticmethod
     def get_device_properties(device: Any = None) -> SimpleNamespace:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):  # Windows has no sysconf
+            total = 0
         return SimpleNamespace(name="cpu", total_memory=total)
 
     @staticmethod
     def memory_stats(device: Any = None) -> dict[str, int]:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * RU_MAXRSS_UNIT
+        try:
+            import resource  # Unix only
+        except ImportError:  # Windows: no peak RSS without another package; report 0
+            resource = None
+        peak = 0
+        if resource is not None:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * RU_MAXRSS_UNIT
         return {
             "active_bytes.all.peak": peak,
             "reserved_bytes.all.peak": peak,
