@@ -122,3 +122,27 @@ def test_reproduce_with_the_0_6b_preset_asks_the_hub_first(tmp_path):
         "HF_HUB_OFFLINE is set: unset it to download, or download once elsewhere and pass "
         "--init DIR"
     ]
+
+
+@pytest.mark.parametrize("variant", ["native", "transformers_v5"])
+def test_a_tied_checkpoint_that_also_stores_lm_head_loads(variant, tmp_path, tiny_hf_checkpoint):
+    """Qwen's tied checkpoints may store lm_head.weight besides the embedding (torchtune
+    #2861 reports it for the non-Base Qwen3 models): a folder laid out so, at the tiny
+    shape, loads and trains through --init as the downloaded Qwen3-0.6B would."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "with-lm-head"
+    shutil.copytree(tiny_hf_checkpoint, folder)
+    (weights,) = folder.glob("*.safetensors")
+    tensors = load_file(weights)
+    assert "lm_head.weight" not in tensors  # transformers leaves the tied copy out
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+    save_file(tensors, weights, metadata={"format": "pt"})
+    from qwen3_trn_helpers import run
+
+    result = run(variant, steps=1, init=str(folder), out=tmp_path / "run", progress=False)
+    plain = run(variant, steps=1, init=str(tiny_hf_checkpoint), out=tmp_path / "plain",
+                progress=False)  # fmt: skip
+    assert result.losses == pytest.approx(plain.losses, abs=1e-6)  # the same weights
