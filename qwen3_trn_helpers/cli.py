@@ -329,6 +329,16 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
     report = device_report()
     print(report)
+    from .training.launch import CLASS_SLICE_ENV, with_class_slice
+    from .training.spec import RunSpec
+
+    share = os.environ.get(CLASS_SLICE_ENV)
+    if share:
+        first = with_class_slice(RunSpec()).neuron_cores  # a bad share: one error line
+        print(
+            f"\nyour share of this trn2: NeuronCores {share} ({CLASS_SLICE_ENV}); a one-rank "
+            f"run takes core {first.partition('-')[0]}, an N-rank run the first N"
+        )
     from .without_triton import PTH_LINE, pth_path, triton_importable
 
     if not triton_importable():

@@ -183,3 +183,15 @@ def test_the_notebooks_other_children_see_only_the_shares_first_core(monkeypatch
     isolate.call_in_child("x:y")
     registration.device_round_trip()
     assert [e["NEURON_RT_VISIBLE_CORES"] for e in envs] == ["40", "40"]
+
+
+def test_doctor_names_the_share(monkeypatch, capsys):
+    from qwen3_trn_helpers.lessons import preflight
+
+    monkeypatch.setattr(preflight, "cpu_matmul_peak", lambda: 1e11)
+    monkeypatch.setenv(launch.CLASS_SLICE_ENV, "8-15")
+    assert cli.main(["doctor"]) == 0
+    assert "your share of this trn2: NeuronCores 8-15" in capsys.readouterr().out
+    monkeypatch.setenv(launch.CLASS_SLICE_ENV, "8-70")
+    assert cli.main(["doctor"]) != 0
+    assert capsys.readouterr().err.startswith("error: QWEN3_TRN_NEURON_CORES: '8-70' goes past")
