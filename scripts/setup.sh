@@ -70,7 +70,9 @@ fi
 
 # Reinstall only when pyproject.toml (or the Neuron pins) changed since the last install.
 stamp="$VENV/.qwen3-trn-installed"
-want=$(cat pyproject.toml ${constraints:+"$constraints"} | sha256sum | cut -d' ' -f1)
+# (hashed by Python: macOS has no sha256sum)
+want=$(cat pyproject.toml ${constraints:+"$constraints"} \
+  | "$py" -c "import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "installing: pip install ${constraints:+-c $constraints }-e .[$extras]"
   "$py" -m pip install --quiet ${constraints:+-c "$constraints"} -e ".[$extras]"
