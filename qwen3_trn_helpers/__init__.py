@@ -12,6 +12,12 @@ transformers load when a function needs them.
 
 from __future__ import annotations
 
+from . import without_triton
+
+# before anything of ours imports torchtitan: where triton cannot be installed (macOS,
+# Windows) torchtitan 0.3.0's import of it is stood in for (without_triton.py)
+without_triton.install()
+
 __version__ = "0.2.0"
 __all__ = ["RunSpec", "run"]
 

@@ -130,8 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     dry = sub.add_parser(
         "dry-run",
         parents=[debug],
-        help="build a trn2 preset at its real size on 64 simulated ranks (torchtitan's fake "
-        "backend) on this CPU, one step: parameters and memory per rank",
+        help="build a preset at its real size on its simulated ranks (torchtitan's fake "
+        "backend: 64 for trn2's, 1 for tiny and 0.6b) on this CPU, one step: parameters and "
+        "memory per rank (a one-rank preset: also against this machine's memory)",
     )
     add_spec_arguments(dry, ("variant", "preset", "seq_len", "nproc", "nnodes", "moe_impl"))
     dry.add_argument("--json", action="store_true", help="one JSON object instead of a table")
@@ -192,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_train(args: argparse.Namespace) -> int:
     from .device import resolve_device
     from .lessons.plots import save_loss_plot
+    from .training.launch import confine_rank_to_its_core
     from .training.published import resolve_init
     from .training.rendezvous import launched_by_torchrun, rank, ranks_per_node, world_size
     from .training.run import launches, run_spec
@@ -201,6 +203,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         per_node = ranks_per_node()
         spec = spec.replace(nproc=per_node, nnodes=world_size() // per_node)
     spec.validate()
+    if launched_by_torchrun() and spec.neuron_cores is not None:
+        confine_rank_to_its_core(spec)  # before torch (and torch-neuronx) is imported
     device = resolve_device(spec.device)
     _set_offline(spec, device)
     if args.verbose:
@@ -344,6 +348,30 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     warning = torchtitan_stack().warning
     if warning:
         print(f"\nwarning: {warning}")
+    from .training.launch import CLASS_SLICE_ENV, with_class_slice
+    from .training.spec import RunSpec
+
+    share = os.environ.get(CLASS_SLICE_ENV)
+    if share:
+        first = with_class_slice(RunSpec()).neuron_cores  # a bad share: one error line
+        print(
+            f"\nyour share of this trn2: NeuronCores {share} ({CLASS_SLICE_ENV}); a one-rank "
+            f"run takes core {first.partition('-')[0]}, an N-rank run the first N"
+        )
+    from .without_triton import PTH_LINE, pth_path, triton_importable
+
+    if not triton_importable():
+        hook = pth_path()
+        print(
+            f"\ntriton cannot be imported here (PyPI has Linux wheels only): qwen3-trn, run() and "
+            "the notebooks train every variant without it. torchtitan's own entry point "
+            f"(python -m torchtitan.train) needs the start-up hook {hook}: "
+            + (
+                "present"
+                if hook.exists()
+                else f"missing; scripts/setup.sh writes it ({PTH_LINE.strip()})"
+            )
+        )
     if not report.on_trainium:
         gflops = cpu_matmul_peak() / 1e9
         print(f"\nmeasured bf16 matmul peak of this CPU: {gflops:,.0f} GFLOP/s (2048^3, 3 runs)")

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 
 from .errors import DeviceError
+from .without_triton import triton_summary
 
 DEVICE_TYPES = ("auto", "neuron", "cuda", "cpu")
 
@@ -65,9 +66,10 @@ def other_accelerator() -> str | None:
 def detect_device_type() -> str:
     """neuron, else cuda, else cpu: the order a trn2 user expects.
 
-    Other accelerators (a Mac's ``mps``) train on the CPU: torchtitan's FSDP and our
-    patches are written for neuron, cuda and cpu, and the tiny presets are fast enough
-    on a laptop CPU. :func:`device_note` says so where it matters.
+    Other accelerators (a Mac's ``mps``) train on the CPU, so ``--device auto`` is the
+    CPU on a Mac: torchtitan's FSDP and our patches are written for neuron, cuda and
+    cpu, and nobody has shown torchtitan 0.3.0 training on MPS (not testable here), while
+    the tiny presets are fast enough on a laptop CPU. :func:`device_note` says so.
     """
     import torch
 
@@ -85,7 +87,8 @@ def device_note() -> str | None:
         return None
     return (
         f"torch sees a {other!r} accelerator; this course trains on neuron, cuda or the "
-        "CPU, so the tiny models train on the CPU here (seconds per step)"
+        "CPU (torchtitan 0.3.0 is not shown to train on it), so --device auto is the CPU "
+        "here and the tiny models train in seconds per step"
     )
 
 
@@ -276,6 +279,7 @@ class DeviceReport:
     torchtitan_from: str | None
     torchtitan_fork: str | None
     transformers: str | None
+    triton: str
     cpu_count: int
     note: str | None
 
@@ -342,6 +346,7 @@ def device_report() -> DeviceReport:
         torchtitan_from=stack.location,
         torchtitan_fork=stack.fork,
         transformers=_version("transformers"),
+        triton=triton_summary(),
         cpu_count=os.cpu_count() or 1,
         note="; ".join(n for n in notes if n) or None,
     )

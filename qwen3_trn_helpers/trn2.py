@@ -80,3 +80,36 @@ class Topology:
 
 
 TRN2 = Topology()
+
+
+def core_slice(text: str, logical_cores: int = TRN2.logical_cores) -> range:
+    """``"8-15"`` (or ``"8"``) -> the logical NeuronCores 8..15, checked against the machine.
+
+    The syntax is the Neuron runtime's own for ``NEURON_RT_VISIBLE_CORES`` (a core or an
+    inclusive range). Raises ValueError with the reason; callers add the fix.
+    """
+    first_text, dash, last_text = str(text).strip().partition("-")
+    if not first_text.isdigit() or (dash and not last_text.isdigit()):
+        raise ValueError(f"{text!r} is not a core or a range of cores such as 8-15")
+    first = int(first_text)
+    last = int(last_text) if dash else first
+    if first > last:
+        raise ValueError(f"{text!r} runs backwards; write the lower core first ({last}-{first})")
+    if last >= logical_cores:
+        raise ValueError(
+            f"{text!r} goes past core {logical_cores - 1}; a trn2.48xlarge has logical "
+            f"cores 0-{logical_cores - 1} at LNC {DEFAULT_LNC}"
+        )
+    return range(first, last + 1)
+
+
+def rank_visible_core(text: str, local_rank: int) -> str:
+    """The ``NEURON_RT_VISIBLE_CORES`` of the rank ``local_rank`` of a run given ``text``.
+
+    Each rank owns one logical core: the slice's first plus its local rank, the offset
+    torch-neuronx itself uses (core = LOCAL_RANK) when the variable is unset.
+    """
+    cores = core_slice(text)
+    if not 0 <= local_rank < len(cores):
+        raise ValueError(f"local rank {local_rank} has no core in slice {text!r}")
+    return str(cores[local_rank])

@@ -80,12 +80,20 @@ fi
 
 # Reinstall only when pyproject.toml (or the Neuron pins) changed since the last install.
 stamp="$VENV/.qwen3-trn-installed"
-want=$(cat pyproject.toml ${constraints:+"$constraints"} | sha256sum | cut -d' ' -f1)
+# (hashed by Python: macOS has no sha256sum)
+want=$(cat pyproject.toml ${constraints:+"$constraints"} \
+  | "$py" -c "import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "installing: pip install ${constraints:+-c $constraints }-e .[$extras]"
   "$py" -m pip install --quiet ${constraints:+-c "$constraints"} -e ".[$extras]"
   echo "$want" > "$stamp"
 fi
+
+# Where triton cannot be installed (macOS, Windows) torchtitan's own entry point needs
+# our stand-in for its import of triton before it imports anything: a .pth start-up
+# hook (qwen3_trn_helpers/without_triton.py); removed again where triton is present.
+hook=$("$py" -c "from qwen3_trn_helpers import without_triton as w; print(w.write_pth() or '')")
+[ -n "$hook" ] && echo "triton is not installable here: torchtitan's import of it stood in for ($hook)"
 
 "$VENV/bin/qwen3-trn" assets
 [ "$install_only" = 1 ] && exit 0

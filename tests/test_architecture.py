@@ -6,7 +6,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "qwen3_trn_helpers"
 #: lower layers first; a module may import its own layer and the ones before it
 LAYERS = [
-    {"errors", "trn2", "torchtitan_internals", "device", "assets", "corpus"},
+    {"errors", "without_triton", "trn2", "torchtitan_internals", "device", "assets", "corpus"},
     {"model"},
     {"training"},
     {"lessons"},

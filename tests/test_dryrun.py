@@ -41,3 +41,17 @@ def test_30b_a3b_layout_from_the_command_line():
     assert report["reduce_dtype"] == "bfloat16"  # the plan that fits (notebook 04)
     assert report["fsdp_table_params"] == 2  # untied: embedding and output layer
     assert report["estimate"]["Neuron runtime"] == pytest.approx(1.19, abs=0.01)
+    assert report["fits"] and report["hbm_gib"] == 24
+
+
+def test_a_one_rank_preset_is_also_set_beside_this_machines_memory():
+    """tiny and 0.6b train on one laptop CPU rank too: the report says whether they fit
+    here (0.6b itself takes about 2 minutes and 11 GB, so the tiny preset stands in)."""
+    cmd = [sys.executable, "-m", "qwen3_trn_helpers", "dry-run", "--preset", "tiny", "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert (report["world_size"], report["tp"], report["fsdp"]) == (1, 1, 1)
+    assert report["params_per_rank"] == report["params_total"]
+    assert report["machine_gib"] > 1 and report["fits_machine"] is True
+    assert report["measured_state_gib"] == pytest.approx(report["estimated_state_gib"], rel=0.01)

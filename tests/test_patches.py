@@ -121,3 +121,18 @@ def test_tied_embedding_patch_keeps_the_losses(tmp_path):
         before = run("native", out=str(tmp_path / "before"), **fp32).losses
     after = run("native", out=str(tmp_path / "after"), **fp32).losses
     assert after == pytest.approx(before, abs=1e-6)
+
+
+def test_cpu_peak_memory_is_in_bytes_and_absent_resource_reads_zero(monkeypatch):
+    """ru_maxrss is KiB on Linux, bytes on macOS; Windows has no ``resource`` module."""
+    import sys
+    from pathlib import Path
+
+    status = Path("/proc/self/status")
+    if status.exists():
+        rss_kib = next(int(ln.split()[1]) for ln in status.read_text().splitlines()
+                       if ln.startswith("VmRSS:"))  # fmt: skip
+        peak = patches.CPU_DEVICE_MODULE.memory_stats()["active_bytes.all.peak"]
+        assert 0.9 * rss_kib * 1024 <= peak < 64 * 2**30  # (the kernel updates it lazily)
+    monkeypatch.setitem(sys.modules, "resource", None)
+    assert patches.CPU_DEVICE_MODULE.memory_stats()["active_bytes.all.peak"] == 0

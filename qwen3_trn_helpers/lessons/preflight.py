@@ -71,6 +71,9 @@ def check_environment(build_assets: bool = True) -> list[Check]:
             required=False,
         )
     )
+    # never required: where it cannot be installed, torchtitan's import of it is stood
+    # in for (without_triton.py); the detail says which of the two this machine is
+    checks.append(Check("triton", True, report.triton, required=False))
     checks.append(
         Check(
             "device",

@@ -112,8 +112,10 @@ def device_round_trip() -> dict:
     runtime in that process; doing it in a child keeps the notebook kernel off the
     device (torch-neuronx would then refuse the process groups of later runs).
     """
+    from ..training.launch import one_process_share_environment
+
     proc = subprocess.run(
         [sys.executable, "-c", _ROUND_TRIP], capture_output=True, text=True, timeout=900,
-        check=True,
+        check=True, env=one_process_share_environment(dict(os.environ)),  # a class's share
     )  # fmt: skip
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -124,7 +124,7 @@ def torchtitan_entry_point(
     our package only supplies the config. Returns (the command, the metrics it wrote,
     seconds).
     """
-    from ..training.launch import shell_command
+    from ..training.launch import one_process_share_environment, shell_command
     from ..training.metrics_file import read_metrics
 
     out = Path(out)
@@ -132,6 +132,7 @@ def torchtitan_entry_point(
            "--config", config, "--dump_folder", str(out), *overrides]  # fmt: skip
     started = time.perf_counter()
     env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    env = one_process_share_environment(env)  # a class sharing a trn2: the share's first core
     proc = subprocess.run(
         [sys.executable, *cmd[1:]], capture_output=True, text=True, timeout=timeout, env=env
     )

@@ -2,7 +2,10 @@
 
 Two presets reproduce AWS's trn2.48xlarge runs at their real size (``4b`` and
 ``30b-a3b``: 64 ranks, one per logical NeuronCore); two are small enough to train on
-one CPU core or one NeuronCore in seconds (``tiny`` and ``tiny_moe``). Every number
+one CPU core or one NeuronCore in seconds (``tiny`` and ``tiny_moe``); and ``0.6b`` is
+Qwen3-0.6B with its real published weights on one laptop CPU rank (seconds per step,
+about 10 GiB), so a learner with a network sees AWS's pretrained-vs-random experiment
+with Qwen's own weights. Every number
 here is a choice the notebooks explain (04 derives the layouts and the memory they
 need). Cheap to import: plain data.
 """
@@ -12,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
-from .shapes import QWEN3_4B_2507, QWEN3_30B_A3B, TINY, TINY_MOE, Qwen3Shape
+from .shapes import QWEN3_0_6B, QWEN3_4B_2507, QWEN3_30B_A3B, TINY, TINY_MOE, Qwen3Shape
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,13 @@ PRESETS: dict[str, Preset] = {
             shape=TINY_MOE,
             description="MoE, 4 layers, 8 experts (top-2), dim 128, the real vocabulary",
             moe_block_size=64,
+        ),
+        Preset(
+            name="0.6b",
+            shape=QWEN3_0_6B,
+            description="Qwen/Qwen3-0.6B, real weights on one laptop CPU rank (seq 256)",
+            hub_id="Qwen/Qwen3-0.6B",
+            lr=3e-4,  # AWS's, as for the other published weights
         ),
         Preset(
             name="4b",

@@ -166,6 +166,18 @@ TINY_MOE = Qwen3Shape(
     top_k=2,
     moe_hidden_dim=64,
 )
+#: Qwen/Qwen3-0.6B (config.json on the hub; torchtitan's "0.6B" flavor has the same
+#: numbers): the smallest published Qwen3, real weights a laptop can train
+QWEN3_0_6B = Qwen3Shape(
+    dim=1024,
+    n_layers=28,
+    n_heads=16,
+    n_kv_heads=8,
+    head_dim=128,
+    hidden_dim=3072,
+    rope_theta=1_000_000.0,
+    max_seq_len=40960,
+)
 #: Qwen/Qwen3-4B-Instruct-2507 (config.json on the hub)
 QWEN3_4B_2507 = Qwen3Shape(
     dim=2560,

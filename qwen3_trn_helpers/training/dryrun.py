@@ -17,6 +17,7 @@ a NeuronCore.
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -62,6 +63,8 @@ class DryRunReport:
     # measured: FSDP parameters with the vocabulary's rows (a tied table: 1, which
     # torchtitan 0.3.0 alone makes 2, training/patches.py; untied: embedding + output)
     fsdp_table_params: int = 0
+    # a one-rank preset (tiny, 0.6b) is also meant for a laptop: this machine's memory
+    machine_gib: float | None = None
 
     @property
     def measured_state_gib(self) -> float:
@@ -88,6 +91,11 @@ class DryRunReport:
     def fits(self) -> bool:
         return self.total_gib <= self.usable_gib
 
+    @property
+    def fits_machine(self) -> bool | None:
+        """For a one-rank preset: whether one CPU rank of it fits this machine's memory."""
+        return None if self.machine_gib is None else self.total_gib < self.machine_gib
+
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data.update(
@@ -96,6 +104,7 @@ class DryRunReport:
             usable_gib=round(self.usable_gib, 2),
             table_gather_gib=round(self.table_gather_gib, 3),
             fits=self.fits,
+            fits_machine=self.fits_machine,
         )
         return data
 
@@ -119,6 +128,14 @@ class DryRunReport:
             {"": "usable by a plan (90% of HBM) GiB", "value": round(self.usable_gib, 2)},
             {"": "fits", "value": self.fits},
             {"": "FSDP parameters of vocabulary rows", "value": self.fsdp_table_params},
+            *(
+                [
+                    {"": "this machine's memory GiB", "value": round(self.machine_gib, 1)},
+                    {"": "fits this machine (one CPU rank)", "value": self.fits_machine},
+                ]
+                if self.machine_gib is not None
+                else []
+            ),
             {"": "build / one step, s", "value": f"{self.build_s:.1f} / {self.step_s:.1f}"},
         ]
 
@@ -187,9 +204,11 @@ def dry_run(
     """Build ``spec``'s trn2 configuration on the CPU, rank 0 of its world, and step once.
 
     ``spec.preset`` defaults to the variant's trn2 preset and ``spec.nproc`` (when 1) to
-    the preset's world size; ``spec.nnodes`` nodes of those (HSDP across them) make the
-    world. ``layers`` keeps the layout but builds fewer layers (for a
-    quick check of the 30B-A3B layout). On trn2 (or with ``isolate=True``) the dry run
+    the preset's world size (1 for the one-rank presets, tiny and 0.6b: then one
+    NeuronCore, and the report also sets the total beside this machine's memory, since
+    those presets train on a laptop's CPU too); ``spec.nnodes`` nodes of those (HSDP
+    across them) make the world. ``layers`` keeps the layout but builds fewer layers (for
+    a quick check of the 30B-A3B layout). On trn2 (or with ``isolate=True``) the dry run
     happens in a child process, so a notebook kernel never builds a trainer itself.
     """
     from .isolate import call_in_child, should_isolate
@@ -265,4 +284,13 @@ def dry_run(
         shards=shards,
         reduce_dtype=trn2.reduce_dtype,
         fsdp_table_params=table_params,
+        machine_gib=None if trn2.preset.full_size else machine_memory_gib(),
     )
+
+
+def machine_memory_gib() -> float | None:
+    """This machine's physical memory (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
+    except (ValueError, OSError, AttributeError):
+        return None

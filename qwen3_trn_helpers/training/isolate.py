@@ -37,10 +37,13 @@ def should_isolate(isolate: bool | None) -> bool:
 
 def call_in_child(target: str, timeout: float = 3600, **kwargs: Any) -> Any:
     """``module:function(**kwargs, isolate=False)`` in a child Python; its JSON result."""
+    from .launch import one_process_share_environment
+
     args = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in kwargs.items()}
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, target, json.dumps(args)],
         capture_output=True, text=True, timeout=timeout,
+        env=one_process_share_environment(dict(os.environ)),  # a class's share of a trn2
     )  # fmt: skip
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(_RESULT)]
     if proc.returncode != 0 or not lines:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import platform
-import resource
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -65,6 +64,10 @@ def replaced_item(mapping: dict, key: Any, value: Any) -> Iterator[None]:
 # --- the device torchtitan trains on ------------------------------------------------
 
 
+#: ``ru_maxrss`` is in KiB on Linux and in bytes on macOS (getrusage(2) on each)
+RU_MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024
+
+
 class CpuDeviceModule:
     """The slice of the ``torch.cuda`` API torchtitan calls, answered for the host CPU.
 
@@ -93,12 +96,21 @@ class CpuDeviceModule:
 
     @staticmethod
     def get_device_properties(device: Any = None) -> SimpleNamespace:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):  # Windows has no sysconf
+            total = 0
         return SimpleNamespace(name="cpu", total_memory=total)
 
     @staticmethod
     def memory_stats(device: Any = None) -> dict[str, int]:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        try:
+            import resource  # Unix only
+        except ImportError:  # Windows: no peak RSS without another package; report 0
+            resource = None
+        peak = 0
+        if resource is not None:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * RU_MAXRSS_UNIT
         return {
             "active_bytes.all.peak": peak,
             "reserved_bytes.all.peak": peak,

@@ -92,6 +92,12 @@ class RunSpec:
         "nnodes x nproc ranks (torchrun's --nnodes)",
         positive=True,
     )
+    neuron_cores: str | None = _param(
+        None,
+        "trn2: the logical NeuronCores this run's ranks use on each node, FIRST-LAST (e.g. "
+        "8-15: a class sharing one trn2, each student a slice); rank i takes core FIRST+i, "
+        "so the slice holds --nproc cores (default: torch-neuronx gives rank i core i)",
+    )
     rdzv_endpoint: str | None = _param(
         None,
         "HOST:PORT where the nodes meet (torchrun's c10d rendezvous), the same on every "
@@ -231,7 +237,27 @@ class RunSpec:
             )
         if self.rdzv_endpoint is not None:
             split_endpoint(self.rdzv_endpoint)
+        if self.neuron_cores is not None:
+            self.core_slice()
         return self
+
+    def core_slice(self) -> range | None:
+        """The NeuronCores of ``neuron_cores`` on each node, checked against ``nproc``."""
+        if self.neuron_cores is None:
+            return None
+        from ..trn2 import core_slice
+
+        try:
+            cores = core_slice(self.neuron_cores)
+        except ValueError as e:
+            raise ConfigError(f"neuron_cores: {e}") from None
+        if len(cores) != self.nproc:
+            raise ConfigError(
+                f"neuron_cores {self.neuron_cores} holds {len(cores)} cores but the run "
+                f"starts {self.nproc} rank(s) per node, one core each: give "
+                f"{cores.start}-{cores.start + self.nproc - 1} or --nproc {len(cores)}"
+            )
+        return cores
 
     @property
     def world(self) -> int:
@@ -563,6 +589,11 @@ def plan_run(spec: RunSpec, *, device_type: str | None = None) -> Plan:
         init_dir=init_dir,
         tokenizer_dir=tokenizer_dir,
     )
+    if spec.neuron_cores is not None and device != "neuron":
+        raise ConfigError(
+            f"neuron_cores {spec.neuron_cores} chooses NeuronCores on a trn2, but this run "
+            f"trains on {device!r}; drop --neuron-cores (or run it on trn2)"
+        )
     if device == "neuron":
         memory = plan.memory()
         if not memory.fits:
