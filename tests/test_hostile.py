@@ -143,6 +143,19 @@ def test_a_damaged_checkpoint_is_found_before_training(tmp_path, checkpointed, c
     assert "is damaged" in line and shard.name in line and "step-2" in line
 
 
+def test_bytes_changed_inside_a_shard_are_found(tmp_path, checkpointed, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(checkpointed, out)
+    shard = next((out / "checkpoint" / "step-2").glob("*.distcp"))
+    assert (shard.parent / (shard.name + ".sha256")).is_file()  # written at save time
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte: same size, same metadata
+    shard.write_bytes(bytes(data))
+    argv = ["train", "--steps", "4", "--checkpoint-interval", "2", "--out", str(out), "--resume"]
+    assert main(argv) == 1
+    assert "does not match the sha256 recorded when it was saved" in one_error_line(capsys)
+
+
 def test_resume_with_other_settings_is_refused_and_run_json_kept(tmp_path, checkpointed, capsys):
     out = tmp_path / "run"
     shutil.copytree(checkpointed, out)

@@ -43,9 +43,14 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
     class Config(CheckpointManager.Config):
         pass
 
-    def save(self, curr_step: int, last_step: bool = False) -> bool:
+    # torchtitan's base class guards the public save/load (enabled or not) and asks
+    # subclasses to override these hooks instead
+    def _save(self, curr_step: int, last_step: bool = False) -> bool:
         try:
-            return super().save(curr_step, last_step)
+            saved = super()._save(curr_step, last_step)
+            if saved:
+                record_shard_checksums(Path(self.folder) / f"step-{curr_step}")
+            return saved
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:
@@ -58,9 +63,9 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
                 step=curr_step,
             ) from None
 
-    def load(self, step: int = -1) -> bool:
+    def _load(self, step: int = -1) -> bool:
         try:
-            return super().load(step)
+            return super()._load(step)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:
@@ -74,15 +79,42 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
             ) from None
 
 
-def check_checkpoint(step_dir: Path) -> None:
+SHA_SUFFIX = ".sha256"  # beside each shard: its sha256, written by the rank that saved it
+
+
+def _rank_and_world() -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def record_shard_checksums(step_dir: Path) -> None:
+    """Each rank hashes the shard files it wrote (DCP names them ``__RANK_N.distcp``),
+    in parallel, so a resume can tell a shard whose bytes changed (DCP keeps sizes and
+    offsets, no checksums). An HF export (no ``.metadata``) is left alone."""
+    from ..assets import sha256_of
+
+    if not (step_dir / ".metadata").is_file():
+        return
+    rank, _ = _rank_and_world()
+    for shard in step_dir.glob(f"__{rank}_*.distcp"):
+        (step_dir / (shard.name + SHA_SUFFIX)).write_text(sha256_of(shard))
+
+
+def check_checkpoint(step_dir: Path, share: tuple[int, int] | None = (0, 1)) -> None:
     """Refuse a checkpoint whose files do not hold what its DCP metadata says.
 
     DCP's ``.metadata`` lists, for every tensor, the file and byte range it lives in; a
     missing or truncated shard (a full disk, a copy cut short) shows there before any
-    model is built. (Bytes changed inside a shard keep its size: DCP records no
-    checksums, so that is not detected.)
+    model is built. Shards whose bytes changed are found by the sha256 each saving rank
+    wrote beside its shard; ``share`` = (rank, world) splits that hashing over the
+    ranks (file i is this rank's when i % world == rank), None skips it.
     """
     from torch.distributed.checkpoint import FileSystemReader
+
+    from ..assets import sha256_of
 
     if not (step_dir / ".metadata").is_file():
         if (step_dir / "model.safetensors.index.json").is_file():
@@ -102,11 +134,17 @@ def check_checkpoint(step_dir: Path) -> None:
     for info in storage.values():
         end = info.offset + info.length
         needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
-    for name, end in sorted(needed.items()):
+    for i, (name, end) in enumerate(sorted(needed.items())):
         path = step_dir / name
         size = path.stat().st_size if path.is_file() else None
+        what = None
         if size is None or size < end:
             what = "is missing" if size is None else f"has {size:,} bytes, not {end:,}"
+        elif share is not None and i % share[1] == share[0]:
+            recorded = step_dir / (name + SHA_SUFFIX)
+            if recorded.is_file() and recorded.read_text().strip() != sha256_of(path):
+                what = "does not match the sha256 recorded when it was saved"
+        if what:
             raise RunFolderError(
                 f"checkpoint {step_dir} is damaged: {name} {what}; delete {step_dir} to "
                 "resume from an earlier checkpoint, or start a new run (--overwrite)"

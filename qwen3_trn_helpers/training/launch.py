@@ -262,7 +262,7 @@ def _launch_in(
         out, resumed_from = prepare_resume_dir(out)
         if not multinode:  # (several nodes: rank 0 does both, once, not every node)
             # refused before any file changes, rather than in rank 0 after the next line
-            check_resume(out, resumed_from, plan_run(spec))
+            check_resume(out, resumed_from, plan_run(spec), share=None)  # (ranks hash)
             # rank 0 drops the steps it trains again only when it logs its first one;
             # drop them now, so that this loop never reports the later steps
             keep_steps_before(out / "metrics.jsonl", resumed_from + 1)

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import ConfigError, RunFolderError, Terminated
 from .metrics_file import read_metrics, strict_json
-from .rendezvous import launched_by_torchrun, rank
+from .rendezvous import launched_by_torchrun, rank, world_size
 from .spec import Plan, RunSpec, plan_run
 
 #: what a run writes into its folder (a new run with --overwrite removes them all)
@@ -215,12 +215,13 @@ RESUME_SPEC_MUST_MATCH = (
 )  # fmt: skip
 
 
-def check_resume(out: Path, step: int, plan: Plan) -> None:
+def check_resume(out: Path, step: int, plan: Plan, share: tuple[int, int] | None = (0, 1)) -> None:
     """Refuse a resume whose settings differ from the checkpointed run's (named), a
-    resume that would not train any further, and a damaged checkpoint."""
+    resume that would not train any further, and a damaged checkpoint (``share``: this
+    rank's part of the shard hashing, None for none)."""
     from .checkpoint import check_checkpoint
 
-    check_checkpoint(out / "checkpoint" / f"step-{step}")
+    check_checkpoint(out / "checkpoint" / f"step-{step}", share)
     spec = plan.spec
     if spec.steps <= step:
         raise ConfigError(
@@ -414,7 +415,8 @@ def _train_in(
     reshard = False
     if spec.resume:
         out, resumed_from = prepare_resume_dir(out)
-        check_resume(out, resumed_from, plan)  # before run.json says anything new
+        # before run.json says anything new; each rank hashes its share of the shards
+        check_resume(out, resumed_from, plan, share=(rank(), world_size()))
         data_ranks = plan.world_size // plan.tp  # torchtitan's dp degree
         reshard = resumes_at_other_world(out, resumed_from, data_ranks, echo=rank0)
     elif rank0:
