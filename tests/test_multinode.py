@@ -142,6 +142,45 @@ def test_two_agents_one_folder_same_losses_as_one_node(tmp_path, one_node):
 
 
 @pytest.mark.slow
+def test_sigterm_to_one_node_ends_the_whole_job(tmp_path):
+    """scancel, `timeout` or Kubernetes stopping one node: every process of both nodes
+    ends, the other node says a rank went away, metrics.jsonl stays valid."""
+    import signal
+
+    out = tmp_path / "run"
+    cmd = train_cmd("--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+                    "--nproc", "1", "--steps", "300", "--out", str(out))  # fmt: skip
+    agents = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    deadline = time.monotonic() + 180
+    metrics = out / "metrics.jsonl"
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 1):
+        assert time.monotonic() < deadline and all(a.poll() is None for a in agents)
+        time.sleep(0.2)
+    agents[0].send_signal(signal.SIGTERM)
+    errors = [agent.communicate(timeout=120)[1] for agent in agents]
+    assert [agent.returncode for agent in agents] == [143, 1], errors
+    assert "another rank of the job stopped or became unreachable" in errors[1]
+    leftovers = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True)
+    assert leftovers.stdout == "", leftovers.stdout
+    records = read_metrics(metrics)
+    assert [r["step"] for r in records] == list(range(1, len(records) + 1))
+    assert json.loads((out / "run.json").read_text())["status"] in ("terminated", "failed")
+
+
+def test_a_lost_peer_is_recognised():
+    import torch.distributed as dist
+
+    from qwen3_trn_helpers.training.trainer import lost_peer
+
+    gloo = "[gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:35456."
+    assert lost_peer(RuntimeError(gloo)) and lost_peer(dist.DistNetworkError("timeout"))
+    assert not lost_peer(RuntimeError("Expected all tensors to be on the same device"))
+
+
+@pytest.mark.slow
 def test_a_node_that_never_joins_is_named(tmp_path):
     endpoint = f"127.0.0.1:{free_port()}"
     proc = subprocess.run(

@@ -319,9 +319,10 @@ def _launch_in(
             close_bar()
     if proc.returncode != 0:
         text = log_path.read_text()
-        if multinode and "RendezvousTimeoutError" in text:
+        never_met = last_step == resumed_from  # (afterwards: a node left mid-run)
+        if multinode and never_met and "RendezvousTimeoutError" in text:
             raise TrainingError(missing_nodes_message(spec, joined))
-        if multinode and "RendezvousConnectionError" in text:
+        if multinode and never_met and "RendezvousConnectionError" in text:
             raise TrainingError(missing_nodes_message(spec, None))
         lines = text.splitlines()
         ours = [ln.removeprefix("error: ") for ln in lines if ln.startswith("error: ")]

@@ -35,7 +35,7 @@ from torchtitan.experiments.transformers_modeling_backend.configs import (
 from torchtitan.experiments.transformers_modeling_backend.trainer import HFTransformerTrainer
 from torchtitan.trainer import Trainer
 
-from ..errors import ConfigError, NonFiniteLoss
+from ..errors import ConfigError, NonFiniteLoss, TrainingError
 from .spec import Plan
 
 
@@ -48,6 +48,18 @@ class RunOptions:
 
     device: str = "cpu"
     """The device type the run was planned for (neuron, cuda or cpu)."""
+
+
+#: what a collective says when the rank at the other end is gone (gloo's words; the
+#: Neuron and NCCL backends raise torch's DistError types)
+_LOST_PEER = ("Connection closed by peer", "Connection reset by peer", "remote worker")
+
+
+def lost_peer(error: BaseException) -> bool:
+    """Whether a failed step failed because another rank of the job went away."""
+    import torch.distributed as dist
+
+    return isinstance(error, dist.DistError) or any(w in str(error) for w in _LOST_PEER)
 
 
 class _RunScope:
@@ -93,7 +105,15 @@ class _RunScope:
         self._local_losses = []
         try:
             super().train_step(data_iterator)  # type: ignore[misc]
-        except RuntimeError:
+        except RuntimeError as e:
+            if lost_peer(e):
+                raise TrainingError(
+                    f"step {self.step}: another rank of the job stopped or became "  # type: ignore[attr-defined]
+                    "unreachable (a node stopped, failed or lost its network); "
+                    "metrics.jsonl holds every completed step: --resume from the last "
+                    "checkpoint once every node runs again",
+                    step=self.step,  # type: ignore[attr-defined]
+                ) from None
             value = self._non_finite_value()
             if value is None:
                 raise
