@@ -24,7 +24,7 @@ __all__ = ["RunSpec", "run"]
 
 def __getattr__(name: str):
     if name == "run":
-        from .training.run import run
+        from .runs.run import run
 
         return run
     if name == "RunSpec":

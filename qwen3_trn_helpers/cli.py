@@ -193,10 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_train(args: argparse.Namespace) -> int:
     from .device import resolve_device
     from .lessons.plots import save_loss_plot
-    from .training.launch import confine_rank_to_its_core
-    from .training.published import resolve_init
-    from .training.rendezvous import launched_by_torchrun, rank, ranks_per_node, world_size
-    from .training.run import launches, run_spec
+    from .runs.neuron_cores import confine_rank_to_its_core
+    from .runs.run import launches, run
+    from .runs.weights import resolve_init
+    from .training.ranks import launched_by_torchrun, rank, ranks_per_node, world_size
 
     spec = spec_from_args(args)
     if launched_by_torchrun():  # one of the ranks: torchrun says how many there are
@@ -213,10 +213,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
         init_logger()
     spec = resolve_init(spec, device, not args.no_progress)  # once, not once per rank
     if launches(spec, device):
-        from .training.launch import shell_command, torchrun_command
+        from .runs.torchrun import shell_command, torchrun_command
 
         print(f"launching: {shell_command(torchrun_command(spec))}", flush=True)
-    result = run_spec(spec, progress=not args.no_progress, verbose=args.verbose)
+    result = run(spec, progress=not args.no_progress, verbose=args.verbose)
     if rank() != 0:
         return 0
     if not result.metrics:  # a node of several without the shared folder rank 0 wrote
@@ -287,7 +287,7 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from .lessons.tables import Table
-    from .training.dryrun import dry_run
+    from .runs.dry_run import dry_run
 
     spec = spec_from_args(args)
     report = dry_run(spec, layers=args.layers)
@@ -311,7 +311,7 @@ def _job_spec(args: argparse.Namespace):
 
 
 def _cmd_slurm(args: argparse.Namespace) -> int:
-    from .training.schedulers import slurm_script
+    from .runs.schedulers import slurm_script
 
     spec, on_trn2 = _job_spec(args)
     print(slurm_script(spec, on_trn2=on_trn2), end="")
@@ -321,7 +321,7 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
 def _cmd_k8s(args: argparse.Namespace) -> int:
     import yaml
 
-    from .training.schedulers import pytorchjob_manifest
+    from .runs.schedulers import pytorchjob_manifest
 
     spec, on_trn2 = _job_spec(args)
     manifest = pytorchjob_manifest(spec, on_trn2=on_trn2, image=args.image, name=args.name)
@@ -348,7 +348,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     warning = torchtitan_stack().warning
     if warning:
         print(f"\nwarning: {warning}")
-    from .training.launch import CLASS_SLICE_ENV, with_class_slice
+    from .runs.neuron_cores import CLASS_SLICE_ENV, with_class_slice
     from .training.spec import RunSpec
 
     share = os.environ.get(CLASS_SLICE_ENV)
@@ -393,7 +393,7 @@ def _cmd_assets(args: argparse.Namespace) -> int:
     # downloads first: the hub client reads HF_HUB_OFFLINE once, when it is imported
     for name in args.download or []:
         from .model.presets import get_preset
-        from .training.hub import download_checkpoint
+        from .runs.weights import download_checkpoint
 
         preset = get_preset(name)
         if preset.hub_id is None:
@@ -403,7 +403,7 @@ def _cmd_assets(args: argparse.Namespace) -> int:
     if args.published:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from .model.presets import PRESETS
-        from .training.published import ensure_local_published
+        from .runs.weights import ensure_local_published
 
         for name in ("tiny", "tiny_moe"):
             print(f"published: {ensure_local_published(PRESETS[name])}")

@@ -21,7 +21,7 @@ same ``Trainer.Config`` (training/trainer.py): the same patches, and the same
 
 from __future__ import annotations
 
-from .training.rendezvous import ranks_per_node, world_size
+from .training.ranks import ranks_per_node, world_size
 from .training.spec import RunSpec, plan_run
 
 

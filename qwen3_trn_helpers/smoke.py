@@ -35,9 +35,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -305,7 +303,8 @@ def run_ladder(
 
 
 def _climb(rung: Rung, out: Path, on_neuron: bool, online: bool = False) -> None:
-    from .training.launch import neuron_rank_environment, stop_process_group
+    from .runs.child import run_child
+    from .runs.neuron_cores import neuron_rank_environment
 
     log = out / f"{rung.name}.log"
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
@@ -313,30 +312,14 @@ def _climb(rung: Rung, out: Path, on_neuron: bool, online: bool = False) -> None
         env.setdefault("HF_HUB_OFFLINE", "1")
     if on_neuron:  # the same logical-core size training launches use
         env = neuron_rank_environment(env)
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        _command(rung, out),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,  # a timeout stops torchrun's workers too
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=rung.timeout_s)
-    except subprocess.TimeoutExpired:
-        stop_process_group(proc)
-        stdout, stderr = proc.communicate()
-        rung.seconds = round(time.monotonic() - started, 1)
+    # a timeout, Ctrl-C or SIGTERM stops the rung's whole process group (torchrun's
+    # workers, whatever holds NeuronCores) before the ladder goes on or stops
+    proc = run_child(_command(rung, out), log=log, env=env, timeout=rung.timeout_s)
+    rung.seconds = proc.seconds
+    if proc.timed_out:
         rung.status, rung.reason = "fail", f"no answer within {rung.timeout_s:.0f} s (log: {log})"
-        log.write_text(stdout + stderr)
         return
-    except BaseException:  # Ctrl-C: the child's session does not get the terminal's signal
-        stop_process_group(proc)
-        raise
-    rung.seconds = round(time.monotonic() - started, 1)
-    text = stdout + stderr
-    log.write_text(text)
+    text = proc.output
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if proc.returncode == 0 and rung.train:
         passed, said = check_training_run(out / rung.name, expectation(rung, on_neuron))
@@ -587,18 +570,16 @@ def rung_spmd_backends() -> None:
     """Each spmd_backend in turn (one child torchrun each); says which work here."""
     import tempfile
 
+    from .runs.child import run_child
     from .training.spec import SPMD_BACKENDS, RunSpec
 
     out = Path(tempfile.mkdtemp(prefix="qwen3-trn-spmd-"))
     results: dict[str, tuple[bool, str]] = {}
     for backend in SPMD_BACKENDS:
-        proc = subprocess.run(spmd_backend_command(backend, out), capture_output=True,
-                              text=True, timeout=900)  # fmt: skip
-        print(f"--- {backend}: exit status {proc.returncode}\n{proc.stdout[-3000:]}"
-              f"{proc.stderr[-6000:]}", file=sys.stderr)  # fmt: skip
-        errors = [ln.strip() for ln in proc.stderr.splitlines() if "Error" in ln]
-        why = errors[-1][:160] if errors else f"exit status {proc.returncode}"
-        results[backend] = (proc.returncode == 0, "" if proc.returncode == 0 else why)
+        proc = run_child(spmd_backend_command(backend, out), timeout=900)
+        print(f"--- {backend}: exit status {proc.returncode}\n{proc.output[-9000:]}",
+              file=sys.stderr)  # fmt: skip
+        results[backend] = (proc.ok, "" if proc.ok else proc.error_line()[:160])
     default = RunSpec().spmd_backend
     passed, line = summarize_backends(results, default)
     print(("ok: " if passed else "fail: ") + line)

@@ -10,6 +10,7 @@ upgrade that renames one of these breaks here, in one place, with a clear messag
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 TESTED_TORCHTITAN = ("0.3.",)
@@ -76,3 +77,19 @@ def qwen3_parallelize_module() -> ModuleType:
         missing = "torchtitan.models.qwen3.parallelize.apply_fsdp_to_decoder"
         raise _missing(missing, AttributeError(missing))
     return parallelize
+
+
+def find_checkpoint_step(folder: str | Path) -> int:
+    """The newest complete ``step-N`` checkpoint in ``folder`` (-1: none), found exactly
+    as torchtitan's loader finds it (``CheckpointManager._find_load_step``).
+
+    That method reads only the folder it is given; it is called unbound, since a
+    manager needs a built model to exist.
+    """
+    try:
+        from torchtitan.components.checkpoint import CheckpointManager
+
+        find = CheckpointManager._find_load_step
+    except (ImportError, AttributeError) as e:
+        raise _missing("CheckpointManager._find_load_step", e) from e
+    return find(None, str(folder))  # type: ignore[arg-type]

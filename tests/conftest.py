@@ -11,7 +11,7 @@ def _release_memory_after_each_test():
     process; without trimming, freed memory stays mapped and a worker reaches ~11 GiB
     (one was killed for memory on a 24 GiB machine). See release_freed_memory."""
     yield
-    from qwen3_trn_helpers.training.train import release_freed_memory
+    from qwen3_trn_helpers.training.trainer import release_freed_memory
 
     release_freed_memory()
 
@@ -45,7 +45,7 @@ def tiny_hf_checkpoint(tmp_path_factory):
 def published_tiny():
     """The local "published" tiny checkpoint (cached; made once per cache)."""
     from qwen3_trn_helpers.model.presets import PRESETS
-    from qwen3_trn_helpers.training.published import ensure_local_published
+    from qwen3_trn_helpers.runs.weights import ensure_local_published
 
     return ensure_local_published(PRESETS["tiny"], progress=False)
 
@@ -53,6 +53,6 @@ def published_tiny():
 @pytest.fixture(scope="session")
 def published_tiny_moe():
     from qwen3_trn_helpers.model.presets import PRESETS
-    from qwen3_trn_helpers.training.published import ensure_local_published
+    from qwen3_trn_helpers.runs.weights import ensure_local_published
 
     return ensure_local_published(PRESETS["tiny_moe"], progress=False)

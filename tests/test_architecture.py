@@ -8,7 +8,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "qwen3_trn_helpers"
 LAYERS = [
     {"errors", "without_triton", "trn2", "torchtitan_internals", "device", "assets", "corpus"},
     {"model"},
-    {"training"},
+    {"training"},  # what torchtitan builds: spec, trainer, patches, metrics, memory
+    {"runs"},  # how a run executes: here, through torchrun, children, its folder
     {"lessons"},
     {"cli", "config_registry", "smoke", "__init__", "__main__"},
 ]
@@ -25,7 +26,7 @@ def modules() -> dict[str, ast.Module]:
 def imports_of(name: str, tree: ast.Module, known: set[str]) -> set[str]:
     """Package modules ``name`` imports, at the top or inside functions."""
     package = name if name in ("qwen3_trn_helpers",) else name.rsplit(".", 1)[0]
-    if name.endswith(("training", "model", "lessons")) and name.count(".") == 1:
+    if name.endswith(("training", "model", "lessons", "runs")) and name.count(".") == 1:
         package = name
     out = set()
     for node in ast.walk(tree):
@@ -80,8 +81,19 @@ def test_layers_import_downward_only():
             assert layer_of(target) <= layer_of(module), f"{module} imports up: {target}"
 
 
+def calls_to(tree: ast.Module, name: str) -> list[ast.Call]:
+    """Calls of ``name`` (a plain name or an attribute), anywhere in ``tree``."""
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", getattr(node.func, "attr", None)) == name
+    ]
+
+
 def test_one_place_builds_a_trainer():
-    """Only training/trainer.py turns a trainer config into a Trainer."""
+    """Only training/trainer.py turns a trainer config into a Trainer, and everyone else
+    holds one through its trainer_session (build, quiet, close, free: written once)."""
     builders = set()
     for name, tree in modules().items():
         for node in ast.walk(tree):
@@ -92,14 +104,53 @@ def test_one_place_builds_a_trainer():
                     if callee == "trainer_config":
                         builders.add(name)
     assert builders == {"qwen3_trn_helpers.training.trainer"}
-    users = {n for n, t in graph().items() if "qwen3_trn_helpers.training.trainer" in t}
-    assert users == {
-        "qwen3_trn_helpers.training.train",  # run(), the CLI, every launched rank
-        "qwen3_trn_helpers.training.dryrun",
+    lifetimes = {n for n, t in modules().items() if calls_to(t, "build_trainer")}
+    assert lifetimes == {"qwen3_trn_helpers.training.trainer"}  # inside trainer_session
+    sessions = {n for n, t in modules().items() if calls_to(t, "trainer_session")}
+    assert sessions == {
+        "qwen3_trn_helpers.runs.here",  # run(), the CLI, every launched rank
+        "qwen3_trn_helpers.runs.dry_run",
         "qwen3_trn_helpers.lessons.parity",
         "qwen3_trn_helpers.lessons.init_loss",
-        "qwen3_trn_helpers.config_registry",  # returns the config; torchtitan builds it
     }
+
+
+#: modules that start a process, and why; every Python child of ours goes through
+#: runs/child.py (one way to stop it, one error line)
+PROCESS_STARTERS = {
+    "qwen3_trn_helpers.runs.child": "the runner",
+    "qwen3_trn_helpers.device": "neuron-ls / neuron-top, Neuron's own tools",
+    "qwen3_trn_helpers.runs.rendezvous": "scontrol, Slurm's own tool",
+    "qwen3_trn_helpers.assets": "pip download of a pinned wheel (below the runs layer)",
+}
+
+
+def test_one_place_starts_child_processes():
+    starters = set()
+    for name, tree in modules().items():
+        for node in ast.walk(tree):
+            func = node.func if isinstance(node, ast.Call) else None
+            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                spawns = (func.value.id, func.attr) in {
+                    ("subprocess", "run"), ("subprocess", "Popen"), ("subprocess", "call"),
+                    ("subprocess", "check_output"), ("os", "fork"), ("os", "system"),
+                }  # fmt: skip
+                if spawns:
+                    starters.add(name)
+    assert starters <= set(PROCESS_STARTERS), starters - set(PROCESS_STARTERS)
+    assert "qwen3_trn_helpers.runs.child" in starters
+
+
+def test_plans_are_made_by_plan_run_and_never_edited():
+    """A Plan comes from plan_run (all its checks run); no one edits one afterwards."""
+    for name, tree in modules().items():
+        if not name.endswith("training.spec"):
+            assert not calls_to(tree, "Plan"), f"{name} builds a Plan itself"
+        for call in calls_to(tree, "replace"):
+            first = call.args[0] if call.args else None
+            edited = first is not None and "plan" in ast.unparse(first).lower()
+            edited |= isinstance(first, ast.Name) and first.id in ("trn2", "here")
+            assert not edited, f"{name} edits a plan: {ast.unparse(call)}"
 
 
 def test_private_torchtitan_names_in_one_module():

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from qwen3_trn_helpers.training.rendezvous import free_port
+from qwen3_trn_helpers.training.ranks import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("QWEN3_TRN_CHROMIUM", "/usr/bin/chromium")

@@ -18,9 +18,9 @@ from qwen3_trn_helpers import assets, run
 from qwen3_trn_helpers.cli import main
 from qwen3_trn_helpers.errors import AssetError, ConfigError, TrainingError
 from qwen3_trn_helpers.model.hf_checkpoint import check_hf_checkpoint
+from qwen3_trn_helpers.runs.folder import own_run_folder
 from qwen3_trn_helpers.training.metrics_file import read_metrics, strict_json, to_record
 from qwen3_trn_helpers.training.spec import RunSpec
-from qwen3_trn_helpers.training.train import own_run_folder
 
 
 def one_error_line(capsys) -> str:
@@ -264,7 +264,7 @@ def test_hub_corpus_offline_is_named(capsys):
 
 
 def test_a_run_larger_than_this_machine_is_refused_with_numbers(monkeypatch, capsys, tmp_path):
-    from qwen3_trn_helpers.training import run as run_module
+    from qwen3_trn_helpers.runs import run as run_module
 
     monkeypatch.setattr(run_module, "available_memory_gib", lambda: 0.25)
     assert main(["train", "--steps", "1", "--out", str(tmp_path)]) == 1
@@ -305,7 +305,7 @@ def test_an_ascii_terminal_still_gets_a_clean_run(tmp_path):
 
 def test_reproduce_labels_follow_steps(tmp_path):
     from qwen3_trn_helpers.lessons.reproduce import Reproduction
-    from qwen3_trn_helpers.training.train import RunResult
+    from qwen3_trn_helpers.runs.folder import RunResult
 
     runs = {
         init: RunResult(

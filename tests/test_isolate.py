@@ -6,15 +6,15 @@ import pytest
 from qwen3_trn_helpers.lessons.init_loss import measure_init
 from qwen3_trn_helpers.lessons.parity import parity
 from qwen3_trn_helpers.model.shapes import TINY
+from qwen3_trn_helpers.runs.child import isolated, kernel_holds_no_neuroncore
 from qwen3_trn_helpers.training import patches
-from qwen3_trn_helpers.training.isolate import kernel_holds_no_neuroncore, should_isolate
 
 pytestmark = pytest.mark.slow
 
 
 def test_only_a_process_that_sees_neuron_isolates():
-    assert should_isolate(None) is False  # this machine has no Trainium
-    assert should_isolate(True) and not should_isolate(False)
+    assert isolated(None) is False  # this machine has no Trainium
+    assert isolated(True) and not isolated(False)
     assert kernel_holds_no_neuroncore()
 
 

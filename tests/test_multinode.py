@@ -16,15 +16,15 @@ import pytest
 
 from qwen3_trn_helpers.cli import main
 from qwen3_trn_helpers.errors import ConfigError
-from qwen3_trn_helpers.training import rendezvous
-from qwen3_trn_helpers.training.metrics_file import read_metrics
-from qwen3_trn_helpers.training.rendezvous import free_port, version_mismatch
-from qwen3_trn_helpers.training.schedulers import (
+from qwen3_trn_helpers.runs import rendezvous
+from qwen3_trn_helpers.runs.schedulers import (
     TRN2_NODE_ENV,
     TRN2_RESOURCES,
     pytorchjob_manifest,
     slurm_script,
 )
+from qwen3_trn_helpers.training.metrics_file import read_metrics
+from qwen3_trn_helpers.training.ranks import free_port, version_mismatch
 from qwen3_trn_helpers.training.spec import RunSpec, plan_run
 
 STEPS = 3

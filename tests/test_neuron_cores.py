@@ -15,7 +15,8 @@ import pytest
 
 from qwen3_trn_helpers import cli, trn2
 from qwen3_trn_helpers.errors import ConfigError
-from qwen3_trn_helpers.training import launch
+from qwen3_trn_helpers.runs import neuron_cores
+from qwen3_trn_helpers.runs import torchrun as launch
 from qwen3_trn_helpers.training.spec import RunSpec, plan_run
 
 
@@ -41,7 +42,7 @@ def test_each_rank_takes_the_slice_start_plus_its_local_rank():
     with pytest.raises(ValueError, match="no core"):
         trn2.rank_visible_core("8-15", 8)
     env = {"LOCAL_RANK": "3"}
-    assert launch.confine_rank_to_its_core(RunSpec(nproc=8, neuron_cores="8-15"), env) == "11"
+    assert neuron_cores.confine_rank_to_its_core(RunSpec(nproc=8, neuron_cores="8-15"), env) == "11"
     assert env["NEURON_RT_VISIBLE_CORES"] == "11"
 
 
@@ -117,81 +118,71 @@ print("SEEN", __import__("json").dumps(seen))
 def test_a_students_share_gives_every_notebook_run_its_first_cores():
     """QWEN3_TRN_NEURON_CORES=8-15: a one-rank notebook run takes core 8, a two-rank one
     8-9, a 64-rank one is refused naming the share; an explicit slice wins."""
-    env = {launch.CLASS_SLICE_ENV: "8-15"}
-    assert launch.with_class_slice(RunSpec(), env).neuron_cores == "8-8"
-    assert launch.with_class_slice(RunSpec(nproc=2, out="x"), env).neuron_cores == "8-9"
+    env = {neuron_cores.CLASS_SLICE_ENV: "8-15"}
+    assert neuron_cores.with_class_slice(RunSpec(), env).neuron_cores == "8-8"
+    assert neuron_cores.with_class_slice(RunSpec(nproc=2, out="x"), env).neuron_cores == "8-9"
     explicit = RunSpec(nproc=2, neuron_cores="20-21", out="x")
-    assert launch.with_class_slice(explicit, env) is explicit
-    assert launch.with_class_slice(RunSpec(), {}).neuron_cores is None
+    assert neuron_cores.with_class_slice(explicit, env) is explicit
+    assert neuron_cores.with_class_slice(RunSpec(), {}).neuron_cores is None
     with pytest.raises(ConfigError, match=r"starts 64 ranks but your share .*8-15\) holds 8"):
-        launch.with_class_slice(RunSpec(nproc=64, out="x"), env)
+        neuron_cores.with_class_slice(RunSpec(nproc=64, out="x"), env)
     with pytest.raises(ConfigError, match="QWEN3_TRN_NEURON_CORES: '8-99' goes past"):
-        launch.with_class_slice(RunSpec(), {launch.CLASS_SLICE_ENV: "8-99"})
+        neuron_cores.with_class_slice(RunSpec(), {neuron_cores.CLASS_SLICE_ENV: "8-99"})
 
 
 def test_every_trn2_launch_takes_the_share(monkeypatch, tmp_path):
     """launch() (every run on trn2, even a notebook's one-rank one) applies the share."""
     seen = []
-    monkeypatch.setenv(launch.CLASS_SLICE_ENV, "16-23")
+    monkeypatch.setenv(neuron_cores.CLASS_SLICE_ENV, "16-23")
     monkeypatch.setattr(launch, "_launch_in", lambda out, spec, *rest: seen.append(spec))
-    launch.launch(RunSpec(nproc=2, out=str(tmp_path / "run")), "neuron")
-    launch.launch(RunSpec(nproc=2, out=str(tmp_path / "cpu")), "cpu")
+    launch.run_with_torchrun(RunSpec(nproc=2, out=str(tmp_path / "run")), "neuron")
+    launch.run_with_torchrun(RunSpec(nproc=2, out=str(tmp_path / "cpu")), "cpu")
     assert [s.neuron_cores for s in seen] == ["16-17", None]
 
 
 def test_torchtitans_own_entry_point_in_notebook_02_takes_the_shares_first_core(
     monkeypatch, tmp_path
 ):
-    import subprocess as sp
-
     from qwen3_trn_helpers.lessons import torchtitan_view
+    from qwen3_trn_helpers.runs import child
 
     seen = {}
 
-    def fake_run(cmd, **kwargs):
+    def fake_run_child(cmd, *, env, log, **kwargs):
         seen.clear()
-        seen.update(kwargs["env"])
+        seen.update(env)
         (tmp_path / "metrics.jsonl").write_text("")
-        return sp.CompletedProcess(cmd, 0, "", "")
+        return child.ChildResult(list(cmd), 0, 1, 0.1, log, "")
 
-    monkeypatch.setattr(torchtitan_view.subprocess, "run", fake_run)
-    monkeypatch.setenv(launch.CLASS_SLICE_ENV, "24-31")
+    monkeypatch.setattr(child, "run_child", fake_run_child)
+    monkeypatch.setenv(neuron_cores.CLASS_SLICE_ENV, "24-31")
     torchtitan_view.torchtitan_entry_point("qwen3_trn_tiny_native", tmp_path)
     assert seen["NEURON_RT_VISIBLE_CORES"] == "24"
-    monkeypatch.delenv(launch.CLASS_SLICE_ENV)
+    monkeypatch.delenv(neuron_cores.CLASS_SLICE_ENV)
     monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
     torchtitan_view.torchtitan_entry_point("qwen3_trn_tiny_native", tmp_path)
     assert "NEURON_RT_VISIBLE_CORES" not in seen  # no share: torch-neuronx's own default
 
 
 def test_the_notebooks_other_children_see_only_the_shares_first_core(monkeypatch):
-    """Children a notebook starts on trn2 (its helpers, 01's tensor on a NeuronCore)."""
-    import subprocess as sp
+    """Children a notebook starts on trn2 (its helpers, 01's tensor on a NeuronCore) all
+    go through child.call: a real child reads its own environment."""
+    from qwen3_trn_helpers.runs import child
 
-    from qwen3_trn_helpers.lessons import registration
-    from qwen3_trn_helpers.training import isolate
-
-    envs = []
-
-    def fake_run(cmd, **kwargs):
-        envs.append(kwargs["env"])
-        return sp.CompletedProcess(cmd, 0, '__RESULT__{}\n{"ok": 1}\n', "")
-
-    monkeypatch.setattr(sp, "run", fake_run)
-    monkeypatch.setattr(isolate, "_RESULT", "__RESULT__")
-    monkeypatch.setenv(launch.CLASS_SLICE_ENV, "40-47")
-    isolate.call_in_child("x:y")
-    registration.device_round_trip()
-    assert [e["NEURON_RT_VISIBLE_CORES"] for e in envs] == ["40", "40"]
+    monkeypatch.setenv(neuron_cores.CLASS_SLICE_ENV, "40-47")
+    assert child.call(os.getenv, "NEURON_RT_VISIBLE_CORES") == "40"
+    monkeypatch.delenv(neuron_cores.CLASS_SLICE_ENV)
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
+    assert child.call(os.getenv, "NEURON_RT_VISIBLE_CORES") is None
 
 
 def test_doctor_names_the_share(monkeypatch, capsys):
     from qwen3_trn_helpers.lessons import preflight
 
     monkeypatch.setattr(preflight, "cpu_matmul_peak", lambda: 1e11)
-    monkeypatch.setenv(launch.CLASS_SLICE_ENV, "8-15")
+    monkeypatch.setenv(neuron_cores.CLASS_SLICE_ENV, "8-15")
     assert cli.main(["doctor"]) == 0
     assert "your share of this trn2: NeuronCores 8-15" in capsys.readouterr().out
-    monkeypatch.setenv(launch.CLASS_SLICE_ENV, "8-70")
+    monkeypatch.setenv(neuron_cores.CLASS_SLICE_ENV, "8-70")
     assert cli.main(["doctor"]) != 0
     assert capsys.readouterr().err.startswith("error: QWEN3_TRN_NEURON_CORES: '8-70' goes past")

@@ -63,7 +63,8 @@ def test_plan_is_one_cpu_rank_at_a_laptop_sequence_length():
 
 
 def test_pretrained_asks_the_hub_for_qwen3_0_6b(monkeypatch, tmp_path):
-    from qwen3_trn_helpers.training import hub, published
+    from qwen3_trn_helpers.runs import weights as hub
+    from qwen3_trn_helpers.runs import weights as published
 
     asked = []
     monkeypatch.setattr(hub, "download_checkpoint", lambda repo: asked.append(repo) or tmp_path)
@@ -74,7 +75,7 @@ def test_pretrained_asks_the_hub_for_qwen3_0_6b(monkeypatch, tmp_path):
 
 def test_offline_pretrained_is_one_clear_error():
     """Tests run with HF_HUB_OFFLINE=1: nothing is downloaded, the fix is named."""
-    from qwen3_trn_helpers.training.published import resolve_init
+    from qwen3_trn_helpers.runs.weights import resolve_init
 
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
     with pytest.raises(AssetError, match="could not get Qwen/Qwen3-0.6B .*HF_HUB_OFFLINE"):

@@ -12,8 +12,8 @@ import pytest
 
 from qwen3_trn_helpers import run
 from qwen3_trn_helpers.errors import ConfigError, NonFiniteLoss, RunFolderError
+from qwen3_trn_helpers.runs.folder import latest_checkpoint_step
 from qwen3_trn_helpers.training.metrics_file import read_metrics
-from qwen3_trn_helpers.training.train import latest_checkpoint_step
 
 
 def test_nan_loss_stops_at_that_step_and_keeps_earlier_ones(tmp_path):
@@ -140,7 +140,7 @@ def test_cpu_requested_on_a_host_with_an_accelerator_trains_on_the_cpu(tmp_path,
 
 def test_stopping_a_launch_stops_the_workers_too():
     """torchrun's workers hold NeuronCores on trn2: a stopped launch must end them all."""
-    from qwen3_trn_helpers.training.launch import stop_process_group
+    from qwen3_trn_helpers.runs.child import stop_process_group
 
     proc = subprocess.Popen(
         ["bash", "-c", "sleep 300 & echo $!; wait"],  # a launcher with one worker

@@ -13,7 +13,7 @@ from qwen3_trn_helpers import run
 from qwen3_trn_helpers.lessons.parity import parity
 from qwen3_trn_helpers.lessons.reproduce import AWS_STEP1
 from qwen3_trn_helpers.model.shapes import VOCAB_SIZE
-from qwen3_trn_helpers.training.published import RECIPE
+from qwen3_trn_helpers.runs.weights import RECIPE
 
 LN_VOCAB = math.log(VOCAB_SIZE)
 pytestmark = pytest.mark.slow

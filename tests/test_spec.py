@@ -33,7 +33,7 @@ def test_argv_round_trip():
 
 def test_a_preset_that_fits_one_variant_implies_it(tmp_path):
     """No --variant: an MoE preset takes nki_moe (CLI, Python API, run.json, argv agree)."""
-    from qwen3_trn_helpers.training.run import make_spec
+    from qwen3_trn_helpers.runs.run import make_spec
 
     parse = build_parser().parse_args
     for command in (["train"], ["dry-run"]):

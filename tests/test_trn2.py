@@ -208,7 +208,7 @@ def test_launch_commands_for_trn2():
     torchrun = trn2_torchrun_command("nki_moe")
     assert "python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=64" in torchrun
     assert "--nproc " not in torchrun  # torchrun would take it for its --nproc-per-node
-    from qwen3_trn_helpers.training.launch import rank_environment
+    from qwen3_trn_helpers.runs.torchrun import rank_environment
 
     env = rank_environment(RunSpec(nproc=64, out="x"), "neuron")
     assert env["NEURON_LOGICAL_NC_CONFIG"] in ("1", "2")
@@ -220,7 +220,7 @@ def test_launch_commands_for_trn2():
 
 def test_ranks_never_inherit_visible_cores(monkeypatch, capsys):
     """torch-neuronx sets NEURON_RT_VISIBLE_CORES = LOCAL_RANK only when it is unset."""
-    from qwen3_trn_helpers.training.launch import rank_environment
+    from qwen3_trn_helpers.runs.torchrun import rank_environment
 
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0-63")
     env = rank_environment(RunSpec(nproc=64, out="x"), "neuron")
@@ -317,7 +317,7 @@ def test_lnc_from_env(monkeypatch):
 
 def test_one_rank_on_trn2_still_trains_in_a_child(monkeypatch):
     """The Neuron runtime keeps its cores until its process exits: never the kernel's."""
-    from qwen3_trn_helpers.training.run import launches
+    from qwen3_trn_helpers.runs.run import launches
 
     monkeypatch.delenv("RANK", raising=False)  # not one of torchrun's ranks
     assert launches(RunSpec(), "neuron")

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,16 +60,17 @@ print(json.dumps(sorted(n for n, f in vars(registry).items()
 
 def fork_configs(python: str) -> list[str]:
     """The Qwen3 configurations in the fork's registry, asked in ``python``'s process."""
-    proc = subprocess.run([python, "-c", _LIST_CONFIGS], capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
-    if proc.returncode != 0:
-        said = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+    from ..runs.child import run_child
+
+    listed = run_child([python, "-c", _LIST_CONFIGS], timeout=300)
+    if not listed.ok:
+        said = listed.error_line()
         raise ConfigError(
             f"AWS's torchtitan fork is not importable by {python} ({said}); install it into "
             "the Neuron venv as AWS's TorchTitan docs do (git clone "
             "aws-neuron/torchtitan-neuron; pip install -e .), or set QWEN3_TRN_NEURON_PYTHON"
         )
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(listed.output.strip().splitlines()[-1])
 
 
 def choose_config(names: list[str], size: str = "4b") -> str:
@@ -142,15 +142,15 @@ def run_fork(
     python: str, config: str, init: str, out: Path, *, env: dict[str, str], **flags
 ) -> ForkRun:
     """One fork run in its own process; TrainingError with its last error line if it fails."""
+    from ..runs.child import run_child
+
     out.mkdir(parents=True, exist_ok=True)
     cmd = fork_command(python, config, out=out, **flags)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=6 * 3600)
     log = out / "fork.log"
-    log.write_text(proc.stdout + proc.stderr)
-    losses = parse_losses(proc.stdout + proc.stderr)
-    if proc.returncode != 0 or len(losses) < flags["steps"]:
-        lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if "Error" in ln]
-        said = lines[-1].strip() if lines else f"exit status {proc.returncode}"
+    result = run_child(cmd, log=log, env=env, timeout=6 * 3600)
+    losses = parse_losses(result.output)
+    if not result.ok or len(losses) < flags["steps"]:
+        said = result.error_line() if not result.ok else f"{len(losses)} loss lines"
         raise TrainingError(f"the fork's {init} run ({config}) failed: {said} (log: {log})")
     return ForkRun(init, config, cmd, losses, log)
 
@@ -176,8 +176,8 @@ def reproduce_on_fork(spec, *, python: str | None = None) -> dict:
     """
     from ..corpus import dataset_args
     from ..device import resolve_device
-    from ..training.launch import neuron_rank_environment
-    from ..training.published import resolve_init
+    from ..runs.neuron_cores import neuron_rank_environment
+    from ..runs.weights import resolve_init
     from ..training.spec import plan_run
     from .reproduce import AWS_STEP1, INITS, reproduction_specs
 

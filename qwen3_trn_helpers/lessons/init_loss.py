@@ -15,7 +15,6 @@ and initialised by torchtitan's own Trainer.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import tempfile
 
@@ -41,37 +40,28 @@ def measure_init(
     so this is the step-1 loss before any update, measured on its own. On trn2 (or with
     ``isolate=True``) it runs in a child process, keeping the notebook off Neuron.
     """
-    from ..training.isolate import call_in_child, should_isolate
+    from ..runs import child
 
-    if should_isolate(isolate):
-        return call_in_child(
-            f"{__name__}:measure_init", variant=variant, shape=dataclasses.asdict(shape),
-            seq_len=seq_len,
-        )  # fmt: skip
-    if isinstance(shape, dict):  # from a child's JSON arguments
-        shape = Qwen3Shape(**shape)
+    if child.isolated(isolate):
+        return child.call(measure_init, variant, shape, seq_len, isolate=False)
     import torch
 
     from ..model.variants import get_variant
     from ..training.spec import RunSpec, plan_run
-    from ..training.train import quiet_torchtitan
-    from ..training.trainer import build_trainer
+    from ..training.trainer import trainer_session
     from .parity import fixed_batch
 
     spec = RunSpec(variant=variant, steps=1, seq_len=seq_len, mixed_precision="float32",
                    device="cpu", attention="causal")  # fmt: skip
-    plan = plan_run(spec)
-    preset = dataclasses.replace(plan.preset, shape=shape)
-    plan = dataclasses.replace(plan, shape=shape, preset=preset)
+    plan = plan_run(spec, shape=shape)
     tokens = fixed_batch(plan.tokenizer_dir, seq_len + 1, batch=2)
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
-    with tempfile.TemporaryDirectory() as out, quiet_torchtitan(False):
-        trainer = build_trainer(plan, out, metrics_file="")
-        try:
-            model = trainer.model_parts[0].eval()
-            with torch.no_grad():
-                logits = get_variant(variant).logits(model, inputs).float()
-        finally:
-            trainer.close()
+    with (
+        tempfile.TemporaryDirectory() as out,
+        trainer_session(plan, out, metrics_file="") as trainer,
+    ):
+        model = trainer.model_parts[0].eval()
+        with torch.no_grad():
+            logits = get_variant(variant).logits(model, inputs).float()
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
     return {"sigma": logits.std().item(), "loss": loss.item()}

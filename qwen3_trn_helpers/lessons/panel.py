@@ -37,7 +37,7 @@ class TrainingPanel:
     """Widgets + the callback that trains with :func:`qwen3_trn_helpers.run`."""
 
     def __init__(self, out_root: str | Path = "runs/panel", run_fn: Callable | None = None):
-        from ..training.run import run
+        from ..runs.run import run
 
         self.run_fn = run_fn or run
         self.out_root = Path(out_root)

@@ -13,7 +13,7 @@ Paths 2 and 3 are exactly the code a training run uses. All in float32 on the CP
 from __future__ import annotations
 
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -60,8 +60,7 @@ def torchtitan_logits(variant: str, init_dir: Path, tokens: torch.Tensor) -> tor
     """Logits of the model a ``variant`` training run would start from (float32)."""
     from ..model.variants import get_variant
     from ..training.spec import RunSpec, plan_run
-    from ..training.train import quiet_torchtitan
-    from ..training.trainer import build_trainer
+    from ..training.trainer import trainer_session
 
     spec = RunSpec(
         variant=variant,
@@ -74,21 +73,12 @@ def torchtitan_logits(variant: str, init_dir: Path, tokens: torch.Tensor) -> tor
         device="cpu",
     )
     plan = plan_run(spec)
-    with tempfile.TemporaryDirectory() as out, quiet_torchtitan(False):
-        trainer = build_trainer(plan, out)
-        try:
-            trainer.checkpointer.load(step=trainer.config.checkpoint.load_step)
-            model = trainer.model_parts[0].eval()
-            with torch.no_grad():
-                logits = get_variant(variant).logits(model, tokens.to(trainer.device))
-            return logits.float().cpu()
-        finally:
-            trainer.close()
-
-
-def parity_dict(init_dir: str, seq_len: int = 64, isolate: bool | None = None) -> dict:
-    """:func:`parity` as plain data (what a child process sends back)."""
-    return asdict(parity(init_dir, seq_len, isolate=isolate))
+    with tempfile.TemporaryDirectory() as out, trainer_session(plan, out) as trainer:
+        trainer.checkpointer.load(step=trainer.config.checkpoint.load_step)
+        model = trainer.model_parts[0].eval()
+        with torch.no_grad():
+            logits = get_variant(variant).logits(model, tokens.to(trainer.device))
+        return logits.float().cpu()
 
 
 def parity(init_dir: str | Path, seq_len: int = 64, isolate: bool | None = None) -> ParityReport:
@@ -97,11 +87,10 @@ def parity(init_dir: str | Path, seq_len: int = 64, isolate: bool | None = None)
     ``isolate`` (default: only where this process sees Neuron) runs the check in a child
     process, so a notebook kernel on trn2 never builds a trainer itself.
     """
-    from ..training.isolate import call_in_child, should_isolate
+    from ..runs import child
 
-    if should_isolate(isolate):
-        data = call_in_child(f"{__name__}:parity_dict", init_dir=init_dir, seq_len=seq_len)
-        return ParityReport(data["max_abs_diff"], tuple(data["logits_shape"]))
+    if child.isolated(isolate):
+        return child.call(parity, init_dir, seq_len, isolate=False)
     from ..assets import resolve_tokenizer
     from ..model.hf_checkpoint import check_hf_checkpoint
 

@@ -125,7 +125,7 @@ def reproduce(spec: RunSpec | None = None, *, progress: bool = True, **params: A
     """Run both 10-step runs and write summary.json and reproduce.png into ``spec.out``."""
     from ..device import resolve_device
     from ..errors import RunFolderError
-    from ..training.run import make_spec, run_spec
+    from ..runs.run import make_spec, run
 
     spec = spec or make_spec(**params)
     device_type = resolve_device(spec.device)
@@ -135,8 +135,7 @@ def reproduce(spec: RunSpec | None = None, *, progress: bool = True, **params: A
         raise RunFolderError(f"{out} already holds a reproduction; pass --overwrite")
     started = time.perf_counter()
     runs = {
-        init: run_spec(s, progress=progress, label=f"{s.variant}, {init}")
-        for init, s in specs.items()
+        init: run(s, progress=progress, label=f"{s.variant}, {init}") for init, s in specs.items()
     }
     rep = Reproduction(
         variant=spec.variant,

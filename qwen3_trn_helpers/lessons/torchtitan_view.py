@@ -4,9 +4,7 @@ its own command line. Everything shown is the object torchtitan builds or runs."
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -124,19 +122,18 @@ def torchtitan_entry_point(
     our package only supplies the config. Returns (the command, the metrics it wrote,
     seconds).
     """
-    from ..training.launch import one_process_share_environment, shell_command
+    from ..runs.child import run_child
+    from ..runs.neuron_cores import one_process_share_environment
+    from ..runs.torchrun import shell_command
     from ..training.metrics_file import read_metrics
 
     out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
     cmd = ["python", "-m", "torchtitan.train", "--module", "qwen3_trn_helpers",
            "--config", config, "--dump_folder", str(out), *overrides]  # fmt: skip
-    started = time.perf_counter()
     env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
     env = one_process_share_environment(env)  # a class sharing a trn2: the share's first core
-    proc = subprocess.run(
-        [sys.executable, *cmd[1:]], capture_output=True, text=True, timeout=timeout, env=env
-    )
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
-        raise RuntimeError(f"torchtitan.train failed:\n{tail}")
-    return shell_command(cmd), read_metrics(out / "metrics.jsonl"), time.perf_counter() - started
+    result = run_child(
+        [sys.executable, *cmd[1:]], log=out / "torchtitan.log", env=env, timeout=timeout
+    ).check("torchtitan.train")
+    return shell_command(cmd), read_metrics(out / "metrics.jsonl"), result.seconds

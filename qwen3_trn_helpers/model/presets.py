@@ -23,15 +23,13 @@ class Layout:
     """How one run is spread over ranks (torchtitan's parallelism degrees)."""
 
     tp: int = 1  # tensor parallel: each matmul split over this many ranks
-    ep: int = 1  # expert parallel (not used by this package's presets)
 
     def fsdp(self, world: int) -> int:
         """FSDP takes the ranks TP leaves (torchtitan's data_parallel_shard_degree=-1)."""
         return max(world // self.tp, 1)
 
     def describe(self, world: int) -> str:
-        text = f"TP {self.tp} x FSDP {self.fsdp(world)}" if self.tp > 1 else f"FSDP {world}"
-        return text + (f" x EP {self.ep}" if self.ep > 1 else "")
+        return f"TP {self.tp} x FSDP {self.fsdp(world)}" if self.tp > 1 else f"FSDP {world}"
 
 
 @dataclass(frozen=True)

@@ -467,12 +467,12 @@ def disabled(name: str) -> Iterator[None]:
     Recorded in the environment, so runs in child processes (torchrun ranks, trn2's
     isolated notebook helpers) leave it out too.
     """
-    from .rendezvous import scoped_environ
+    from unittest.mock import patch
 
     if name not in VARIANT_PATCHES:
         raise KeyError(f"no patch named {name!r}; the patches are {', '.join(VARIANT_PATCHES)}")
     names = [n for n in os.environ.get(DISABLED_ENV, "").split(",") if n]
-    with scoped_environ(**{DISABLED_ENV: ",".join([*names, name])}):
+    with patch.dict(os.environ, {DISABLED_ENV: ",".join([*names, name])}):
         yield
 
 

@@ -500,12 +500,29 @@ def default_attention(device_type: str) -> str:
     return {"neuron": "causal", "cuda": "flex"}.get(device_type, "document")
 
 
-def plan_run(spec: RunSpec, *, device_type: str | None = None) -> Plan:
+def on_trn2(spec: RunSpec) -> RunSpec:
+    """``spec`` as a trn2.48xlarge runs it: the named preset (else the variant's
+    full-size one) on that preset's ranks per node, unless ``nproc`` names them.
+
+    The one statement of "which preset on how many ranks" for trn2 (reproduce, the dry
+    run and the scaling lessons all ask it here).
+    """
+    preset = get_preset(spec.preset or get_variant(spec.variant).trn2_preset)
+    return spec.replace(
+        preset=preset.name, nproc=spec.nproc if spec.nproc > 1 else preset.world_size
+    )
+
+
+def plan_run(
+    spec: RunSpec, *, device_type: str | None = None, shape: Qwen3Shape | None = None
+) -> Plan:
     """Resolve and check every input; raises a Qwen3TrnError naming the fix.
 
     ``device_type`` resolves the plan for another machine: ``plan_run(spec,
     device_type="neuron")`` on a laptop shows what a trn2 would run (preset, layout,
-    memory) without touching any device; its tokenizer is not resolved.
+    memory) without touching any device; its tokenizer is not resolved. ``shape``
+    builds the preset's layout with another model shape (fewer layers for a quick dry
+    run, other widths in a lesson); it is checked as a checkpoint's shape is.
     """
     from ..assets import resolve_tokenizer, tokenizer_vocab_size
     from ..corpus import EMBEDDED, EMBEDDED_PRETRAIN, is_local, read_documents
@@ -523,6 +540,13 @@ def plan_run(spec: RunSpec, *, device_type: str | None = None) -> Plan:
         init_dir = Path(spec.init).expanduser().absolute()  # torchtitan loads absolute paths
         folder_shape = check_hf_checkpoint(init_dir)
     preset = spec.resolve_preset(device, folder_shape)
+    if shape is not None:
+        if folder_shape is not None:
+            raise ConfigError(
+                f"a run from checkpoint {init_dir} trains the checkpoint's shape; plan it "
+                "without another shape"
+            )
+        preset = dataclasses.replace(preset, shape=shape)
     shape = folder_shape or preset.shape
     source = f"checkpoint {init_dir}" if init_dir else f"preset {preset.name!r}"
     variant.check_shape(shape, source)

@@ -1,12 +1,13 @@
-"""``run(...)``: train Qwen3 with torchtitan from Python, as the notebooks do.
+"""``run(...)``: the one way a run starts, from Python, the notebooks and the CLI.
 
     from qwen3_trn_helpers import run
     result = run("native", steps=10, init="random")
     result.losses, result.metrics_path
 
-Keyword arguments are :class:`~.spec.RunSpec` fields (the same as ``qwen3-trn train``'s
-flags). ``run`` resolves ``init="pretrained"`` to a folder, then trains in this process,
-or, for several ranks and on trn2, through torchrun in child processes.
+Keyword arguments are RunSpec fields (the same as ``qwen3-trn train``'s flags). ``run``
+resolves ``init="pretrained"`` to a folder, checks the memory, then trains in this
+process, or, for several ranks, several nodes and on trn2, through torchrun in child
+processes. ``run(spec)`` takes a whole RunSpec.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from dataclasses import fields
 from typing import Any
 
 from ..errors import ConfigError
-from .spec import RunSpec
+from ..training.spec import RunSpec
+from .folder import RunResult
 
 
 def make_spec(variant: str | None = None, **params: Any) -> RunSpec:
@@ -34,44 +36,45 @@ def make_spec(variant: str | None = None, **params: Any) -> RunSpec:
 
 
 def run(
-    variant: str | None = None,
+    variant: str | RunSpec | None = None,
     *,
     progress: bool = True,
     verbose: bool = False,
     label: str | None = None,
     on_step: Callable[[dict[str, Any]], None] | None = None,
     **params: Any,
-):
-    """Train and return a :class:`~.train.RunResult` (losses, metrics, run folder).
+) -> RunResult:
+    """Train and return a :class:`~.folder.RunResult` (losses, metrics, run folder).
 
-    ``variant`` None: the one the preset implies (nki_moe for an MoE preset, else native).
+    ``variant`` is a variant name with the spec's fields as keywords (``run("native",
+    steps=10)``; None: the variant the preset implies, nki_moe for an MoE preset, else
+    native), or a whole :class:`RunSpec`. One rank on a CPU or GPU trains in this
+    process (runs/here.py); several ranks, several nodes, and any run on trn2 go through
+    torchrun (runs/torchrun.py).
     """
-    spec = make_spec(variant, **params)
-    return run_spec(spec, progress=progress, verbose=verbose, label=label, on_step=on_step)
-
-
-def run_spec(
-    spec: RunSpec,
-    *,
-    progress: bool = True,
-    verbose: bool = False,
-    label: str | None = None,
-    on_step: Callable[[dict[str, Any]], None] | None = None,
-):
-    """:func:`run` for a spec: here for one CPU/GPU rank, else through torchrun."""
+    if isinstance(variant, RunSpec):
+        if params:
+            raise ConfigError(
+                f"run(spec) takes no further run parameters ({', '.join(sorted(params))}); "
+                "put them into the spec: spec.replace(...)"
+            )
+        spec = variant.validate().with_absolute_paths()
+    else:
+        spec = make_spec(variant, **params)
     from ..device import resolve_device
-    from .published import resolve_init
-    from .train import train
+    from .weights import resolve_init
 
     device = resolve_device(spec.device)
     spec = resolve_init(spec, device, progress)
     check_memory(spec, device)
+    options = dict(progress=progress, verbose=verbose, label=label, on_step=on_step)
     if not launches(spec, device):
-        return train(spec, progress=progress, verbose=verbose, label=label, on_step=on_step)
+        from .here import run_here
 
-    from .launch import launch
+        return run_here(spec, **options)
+    from .torchrun import run_with_torchrun
 
-    return launch(spec, device, progress=progress, verbose=verbose, label=label, on_step=on_step)
+    return run_with_torchrun(spec, device, **options)
 
 
 def available_memory_gib() -> float | None:
@@ -94,7 +97,7 @@ def check_memory(spec: RunSpec, device_type: str) -> None:
     """
     if device_type != "cpu" or spec.skip_memory_check:
         return
-    from .spec import plan_run
+    from ..training.spec import plan_run
 
     free = available_memory_gib()
     if free is None:
@@ -118,6 +121,6 @@ def launches(spec: RunSpec, device_type: str) -> bool:
     starts (and keeps its NeuronCores) in a child, never in a long-lived notebook
     kernel. A process torchrun started trains in place.
     """
-    from .rendezvous import launched_by_torchrun
+    from ..training.ranks import launched_by_torchrun
 
     return not launched_by_torchrun() and (spec.world > 1 or device_type == "neuron")

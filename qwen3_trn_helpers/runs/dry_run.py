@@ -22,12 +22,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from unittest.mock import patch
 
 from ..model.presets import PRESETS
-from ..model.variants import get_variant
+from ..training.memory import GIB
+from ..training.spec import RunSpec, on_trn2, plan_run
 from ..trn2 import PLANNING_HEADROOM
-from .memory import GIB
-from .spec import RunSpec, plan_run
 
 #: tokens per sequence of the simulated step (activations are estimated at the preset's)
 DRY_RUN_SEQ_LEN = 128
@@ -41,7 +41,6 @@ class DryRunReport:
     world_size: int
     tp: int
     fsdp: int
-    ep: int
     nnodes: int
     dp_replicate: int  # HSDP replicas, one per node (1: one node, or plain FSDP)
     layout: str
@@ -188,12 +187,6 @@ def measure_rank_state(trainer) -> tuple[int, int, int, list[dict[str, Any]]]:
     return total, local, nbytes, shards
 
 
-def dry_run_dict(spec: dict, layers=None, step_seq_len=DRY_RUN_SEQ_LEN, isolate=None) -> dict:
-    """:func:`dry_run` as plain data (what a child process sends back)."""
-    report = dry_run(RunSpec(**spec), layers=layers, step_seq_len=step_seq_len, isolate=isolate)
-    return dataclasses.asdict(report)
-
-
 def dry_run(
     spec: RunSpec,
     *,
@@ -203,68 +196,52 @@ def dry_run(
 ) -> DryRunReport:
     """Build ``spec``'s trn2 configuration on the CPU, rank 0 of its world, and step once.
 
-    ``spec.preset`` defaults to the variant's trn2 preset and ``spec.nproc`` (when 1) to
-    the preset's world size (1 for the one-rank presets, tiny and 0.6b: then one
-    NeuronCore, and the report also sets the total beside this machine's memory, since
-    those presets train on a laptop's CPU too); ``spec.nnodes`` nodes of those (HSDP
-    across them) make the world. ``layers`` keeps the layout but builds fewer layers (for
-    a quick check of the 30B-A3B layout). On trn2 (or with ``isolate=True``) the dry run
-    happens in a child process, so a notebook kernel never builds a trainer itself.
+    The run is the one a trn2 would make of ``spec`` (:func:`~..training.spec.on_trn2`:
+    the named preset, else the variant's full-size one, on its ranks per node; the
+    one-rank presets, tiny and 0.6b, on one NeuronCore, and the report also sets the
+    total beside this machine's memory, since those presets train on a laptop's CPU
+    too); ``spec.nnodes`` nodes of those (HSDP across them) make the world. ``layers``
+    keeps the layout but builds fewer layers (a quick check of the 30B-A3B layout). On
+    trn2 (or with ``isolate=True``) the dry run happens in a child process, so a
+    notebook kernel never builds a trainer itself.
     """
-    from .isolate import call_in_child, should_isolate
+    from . import child
 
-    if should_isolate(isolate):
-        data = call_in_child(
-            f"{__name__}:dry_run_dict", spec=dataclasses.asdict(spec), layers=layers,
-            step_seq_len=step_seq_len,
-        )  # fmt: skip
-        return DryRunReport(**data)
-    from ..assets import ensure_tokenizer
-    from .patches import fsdp_table_parameters
-    from .rendezvous import scoped_environ
-    from .train import quiet_torchtitan
-    from .trainer import build_trainer
+    if child.isolated(isolate):
+        return child.call(dry_run, spec, layers=layers, step_seq_len=step_seq_len, isolate=False)
+    from ..training.patches import fsdp_table_parameters
+    from ..training.trainer import trainer_session
 
-    variant = get_variant(spec.variant)
-    preset_name = spec.preset or variant.trn2_preset
-    per_node = spec.nproc if spec.nproc > 1 else PRESETS[preset_name].world_size
-    world = per_node * spec.nnodes
-    spec = spec.replace(preset=preset_name, nproc=per_node, out=spec.out or "runs/dry-run", steps=1)
-    trn2 = plan_run(spec, device_type="neuron")  # what a trn2.48xlarge would run
+    spec = on_trn2(spec).replace(out=spec.out or "runs/dry-run", steps=1)
+    world = spec.world
+    shape = None
     if layers is not None:
-        shape = dataclasses.replace(trn2.shape, n_layers=layers)
-        preset = dataclasses.replace(trn2.preset, shape=shape)
-        trn2 = dataclasses.replace(trn2, shape=shape, preset=preset)
+        shape = dataclasses.replace(PRESETS[spec.preset].shape, n_layers=layers)
+    trn2 = plan_run(spec, device_type="neuron", shape=shape)  # what a trn2.48xlarge runs
     estimate = trn2.memory()
-    # The same plan on this CPU: same model config, layout and checkpointing; the
-    # embedded corpus instead of C4 (no hub), a short sequence for the one step.
-    here = dataclasses.replace(
-        trn2,
-        device_type="cpu",
-        seq_len=step_seq_len,
-        corpus="embedded",
-        tokenizer_dir=ensure_tokenizer(),
+    # The same run on this CPU, planned as such: same preset, layout, checkpointing and
+    # attention; the embedded corpus instead of C4 (no hub), a short step.
+    here = plan_run(
+        spec.replace(
+            device="cpu", seq_len=step_seq_len, corpus="embedded", attention=trn2.attention
+        ),
+        shape=shape,
     )
-    with scoped_environ(NGPU=str(world)), tempfile.TemporaryDirectory() as out:
-        with quiet_torchtitan(False):
-            started = time.perf_counter()
-            trainer = build_trainer(here, out, comm_mode="fake_backend", metrics_file="")
+    with patch.dict(os.environ, NGPU=str(world)), tempfile.TemporaryDirectory() as out:
+        started = time.perf_counter()
+        with trainer_session(here, out, comm_mode="fake_backend", metrics_file="") as trainer:
             built = time.perf_counter()
-            try:
-                trainer.train()
-                stepped = time.perf_counter()
-                total, local, nbytes, shards = measure_rank_state(trainer)
-                table_params = fsdp_table_parameters(trainer.model_parts)
-            finally:
-                trainer.close()
+            trainer.train()
+            stepped = time.perf_counter()
+            total, local, nbytes, shards = measure_rank_state(trainer)
+            table_params = fsdp_table_parameters(trainer.model_parts)
     return DryRunReport(
         variant=spec.variant,
-        preset=preset_name,
+        preset=spec.preset,
         layers=trn2.shape.n_layers,
         world_size=world,
         tp=trn2.tp,
         fsdp=trn2.fsdp,
-        ep=trn2.preset.layout.ep,
         nnodes=spec.nnodes,
         dp_replicate=trn2.dp_replicate,
         layout=trn2.layout,

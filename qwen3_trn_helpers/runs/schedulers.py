@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError
-from .spec import RunSpec
+from ..training.spec import RunSpec
 
 #: every node's environment on trn2 (EFA: AWS's torch-neuronx multi-node setup guide,
 #: setup-trn1-multi-node-execution; MALLOC_ARENA_MAX: neuronx-distributed-training's

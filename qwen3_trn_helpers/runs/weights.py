@@ -1,5 +1,8 @@
 """Where "published weights" come from: the hub on trn2, a locally made checkpoint on CPU.
 
+This module is also the one place the package downloads from the Hugging Face hub
+(:func:`download_checkpoint`), and only when a run asks for real weights.
+
 On trn2 the pretrained run starts from Qwen/Qwen3-4B-Instruct-2507 (or Qwen3-30B-A3B),
 downloaded from the hub. A CPU in CI or on a laptop cannot download 8 GB, and the small
 presets have no published weights anyway, so we make our own, honestly: pretrain the
@@ -25,7 +28,7 @@ from pathlib import Path
 
 from ..errors import AssetError
 from ..model.presets import Preset, get_preset
-from .spec import RunSpec
+from ..training.spec import RunSpec
 
 #: How the local "published" checkpoints are pretrained. Changing it makes new ones.
 RECIPE = {
@@ -40,10 +43,32 @@ RECIPE = {
 }
 
 
+#: the libraries whose versions shape a locally made checkpoint (its init, its training
+#: numerics, its export): another version of one of them makes a new checkpoint
+SHAPED_BY = ("torch", "torchtitan", "transformers", "safetensors", "tokenizers")
+
+
+def library_versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    versions: dict[str, str | None] = {}
+    for name in SHAPED_BY:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
 def published_dir(preset: Preset) -> Path:
+    """The cache folder of ``preset``'s local checkpoint: keyed by its shape, the
+    recipe and the versions of the libraries that made it."""
     from ..assets import cache_dir
 
-    key = json.dumps({"shape": asdict(preset.shape), "recipe": RECIPE}, sort_keys=True)
+    key = json.dumps(
+        {"shape": asdict(preset.shape), "recipe": RECIPE, "versions": library_versions()},
+        sort_keys=True,
+    )
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_dir() / f"published-{preset.name}-{digest}"
 
@@ -51,12 +76,13 @@ def published_dir(preset: Preset) -> Path:
 def _pretrain_into(preset: Preset, folder: Path, progress: bool) -> None:
     from ..assets import ensure_tokenizer
     from ..model.hf_checkpoint import check_hf_checkpoint
-    from .train import train
+    from ..training.spec import implied_variant
+    from .here import run_here
 
     # Variants of one architecture share a checkpoint; torchtitan's own model makes it.
-    variant = "nki_moe" if preset.shape.is_moe else "native"
+    variant = implied_variant(preset.name)
     work = folder / "pretrain"
-    result = train(
+    result = run_here(
         RunSpec(
             variant=variant,
             preset=preset.name,
@@ -110,14 +136,12 @@ def pretrain_local(
     """Pretrain ``preset_name``'s local checkpoint into ``folder`` (on the CPU).
 
     On trn2 (a process that sees Neuron) this happens in a child process, like every
-    trainer a notebook asks for (training/isolate.py): the kernel never builds one.
+    trainer a notebook asks for (runs/child.py): the kernel never builds one.
     """
-    from .isolate import call_in_child, should_isolate
+    from . import child
 
-    if should_isolate(isolate):
-        call_in_child(
-            f"{__name__}:pretrain_local", preset_name=preset_name, folder=folder, progress=False
-        )
+    if child.isolated(isolate):
+        child.call(pretrain_local, preset_name, folder, progress=False, isolate=False)
         return
     _pretrain_into(get_preset(preset_name), Path(folder), progress)
 
@@ -159,9 +183,27 @@ def resolve_init(spec: RunSpec, device_type: str, progress: bool = True) -> RunS
         return spec
     preset = spec.resolve_preset(device_type, None)
     if preset.hub_id is not None:
-        from .hub import download_checkpoint
-
         folder = download_checkpoint(preset.hub_id)
     else:
         folder = ensure_local_published(preset, progress)
     return spec.replace(init=str(folder), preset=preset.name)
+
+
+def download_checkpoint(repo_id: str) -> Path:
+    """Download (or find in the HF cache) a model's config, weights and tokenizer."""
+    from huggingface_hub import is_offline_mode, snapshot_download
+
+    patterns = ["*.json", "*.safetensors", "tokenizer*", "*.txt"]
+    offline = is_offline_mode()
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=offline))
+    except Exception as e:
+        hint = (
+            "HF_HUB_OFFLINE is set: unset it to download, or download once elsewhere and "
+            "pass --init DIR"
+            if offline
+            else "check the network and `huggingface-cli login`, or pass --init DIR"
+        )
+        raise AssetError(
+            f"could not get {repo_id} from the hub ({type(e).__name__}); {hint}"
+        ) from None

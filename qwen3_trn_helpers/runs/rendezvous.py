@@ -1,0 +1,113 @@
+"""How the nodes of one job meet: torchrun's c10d rendezvous, seen from outside it.
+
+Before a multi-node launch we refuse an endpoint the nodes cannot share (a loopback
+address when the scheduler put them on different hosts); while the nodes gather, we
+read torchrun's own rendezvous state to say how many came.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from ..training.spec import split_endpoint
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) resolves to a loopback address."""
+    import ipaddress
+
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except socket.gaierror:
+        return False  # unresolvable here: torchrun reports it with the host's name
+    return any(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+def slurm_node_addresses(nodelist: str) -> list[str] | None:
+    """Each node's NodeAddr in a Slurm node list: what slurmctld itself reaches it by."""
+    import subprocess
+
+    def scontrol(*args: str) -> str:
+        return subprocess.run(
+            ["scontrol", *args], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+
+    try:
+        addresses = []
+        for name in scontrol("show", "hostnames", nodelist).split():
+            shown = scontrol("show", "node", "-o", name).split()
+            fields = dict(kv.split("=", 1) for kv in shown if "=" in kv)
+            addresses.append(fields.get("NodeAddr", name))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return addresses
+
+
+def nodes_are_separate_hosts(environ: dict[str, str] | None = None) -> bool:
+    """Whether the scheduler running this job put its nodes on different machines.
+
+    Kubernetes: always (every pod has its own network namespace, so no two share a
+    loopback). Slurm: when any allocated node's NodeAddr is not a loopback address.
+    Plain torchrun: unknown, so False (two agents on one machine may meet at
+    127.0.0.1; that is how this package tests several nodes on one machine).
+    """
+    env = os.environ if environ is None else environ
+    if "KUBERNETES_SERVICE_HOST" in env:
+        return True
+    nodelist = env.get("SLURM_JOB_NODELIST")
+    addresses = slurm_node_addresses(nodelist) if nodelist else None
+    return bool(addresses) and not all(_is_loopback(a) for a in addresses)
+
+
+def check_endpoint_reachable_by_all(endpoint: str, environ: dict[str, str] | None = None) -> None:
+    """Refuse a loopback endpoint for a job whose nodes are different hosts.
+
+    Each node's torchrun hosts the rendezvous itself when the endpoint names its own
+    machine, and a loopback address names every machine: each node would wait alone
+    at its own loopback until the timeout.
+    """
+    from ..errors import ConfigError
+
+    host, port = split_endpoint(endpoint)
+    if not _is_loopback(host) or not nodes_are_separate_hosts(environ):
+        return
+    raise ConfigError(
+        f"rdzv_endpoint {endpoint} is a loopback address, but this job's nodes are "
+        "different hosts: each would wait alone at its own loopback. Pass the first "
+        "node's network address, e.g. --rdzv-endpoint $(getent ahostsv4 HEAD | awk "
+        f"'NR==1{{print $1}}'):{port} (Slurm: HEAD is the first name of "
+        "`scontrol show hostnames $SLURM_JOB_NODELIST`)"
+    )
+
+
+def nodes_joined(endpoint: str, run_id: str = "none") -> int | None:
+    """How many nodes have joined torchrun's c10d rendezvous at ``endpoint`` so far.
+
+    None when nothing answers there (the first node's torchrun, which hosts the
+    rendezvous store, has not started or cannot be reached). Read from the store as
+    torchrun itself reads it (``C10dRendezvousBackend.get_state``); the state object
+    is torch's own, unpickled only to count its participants.
+    """
+    import pickle
+    from datetime import timedelta
+
+    host, port = split_endpoint(endpoint)
+    try:  # a plain probe first: a TCPStore client that cannot connect logs pages of C++
+        socket.create_connection((host, port), timeout=1).close()
+    except OSError:
+        return None
+    try:
+        from torch.distributed import TCPStore
+        from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
+            C10dRendezvousBackend,
+        )
+
+        store = TCPStore(host, port, is_master=False, timeout=timedelta(seconds=2),
+                         wait_for_workers=False)  # fmt: skip
+        state = C10dRendezvousBackend(store, run_id).get_state()
+        if state is None:
+            return 0
+        return len(pickle.loads(state[0]).participants)
+    except Exception:  # the store went away between the probe and the read
+        return None

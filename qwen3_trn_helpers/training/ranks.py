@@ -1,0 +1,116 @@
+"""Where this process stands in its job: rank, world size, ranks per node, versions.
+
+torchtitan initialises ``torch.distributed`` from the variables torchrun sets (RANK,
+LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). A notebook cell or a plain
+``python -m torchtitan.train`` is not launched by torchrun, so for those we provide the
+variables of a one-rank group and remove them again afterwards. Once the group exists,
+every rank checks that the job runs one set of software.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from unittest.mock import patch
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launched_by_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def ranks_per_node() -> int:
+    """This node's ranks (torchrun's LOCAL_WORLD_SIZE: ``--nproc-per-node``)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+
+
+@contextmanager
+def one_rank_environment() -> Iterator[bool]:
+    """The rendezvous variables of a one-rank group, unless torchrun already set them.
+
+    Yields whether this process was launched by torchrun.
+    """
+    if launched_by_torchrun():
+        yield True
+        return
+    one_rank = dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+    with patch.dict(os.environ, **one_rank, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())):
+        yield False
+
+
+#: the distributions whose versions must agree on every rank of a job
+SAME_EVERYWHERE = ("torch", "torchtitan", "torch-neuronx", "transformers", "qwen3-trn")
+
+
+def local_versions() -> dict[str, str | None]:
+    """This process's versions of :data:`SAME_EVERYWHERE` (None: not installed)."""
+    from importlib import metadata
+
+    versions: dict[str, str | None] = {}
+    for name in SAME_EVERYWHERE:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def version_mismatch(reports: list[dict]) -> str | None:
+    """The first difference between ranks' ``{"node", "host", "versions"}`` reports."""
+    first = reports[0]
+    for other in reports[1:]:
+        for name, version in first["versions"].items():
+            theirs = other["versions"].get(name)
+            if theirs != version:
+                return (
+                    f"{name} differs between nodes: {theirs or 'not installed'} on node "
+                    f"{other['node']} ({other['host']}), {version or 'not installed'} on node "
+                    f"{first['node']} ({first['host']}); install the same versions on every "
+                    "node (one shared venv, or one container image)"
+                )
+    return None
+
+
+def check_same_versions() -> None:
+    """Stop every rank with one line if the job's nodes run different software.
+
+    Called once the process group exists. Gathered over a gloo group (CPU tensors,
+    whatever the device backend), one report per rank, so every rank raises the same
+    error. A version skew otherwise shows up much later as a hang or a wrong number.
+    """
+    import torch.distributed as dist
+
+    from ..errors import ConfigError
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    mine = {
+        "node": os.environ.get("GROUP_RANK", "0"),
+        "host": socket.gethostname(),
+        "versions": local_versions(),
+    }
+    group = dist.new_group(backend="gloo")
+    try:
+        reports: list = [None] * dist.get_world_size()
+        dist.all_gather_object(reports, mine, group=group)
+    finally:
+        dist.destroy_process_group(group)
+    problem = version_mismatch(reports)
+    if problem:
+        raise ConfigError(problem)
