@@ -51,10 +51,11 @@ def published_dir(preset: Preset) -> Path:
 def _pretrain_into(preset: Preset, folder: Path, progress: bool) -> None:
     from ..assets import ensure_tokenizer
     from ..model.hf_checkpoint import check_hf_checkpoint
+    from ..model.variants import torchtitan_variant
     from .train import train
 
     # Variants of one architecture share a checkpoint; torchtitan's own model makes it.
-    variant = "nki_moe" if preset.shape.is_moe else "native"
+    variant = torchtitan_variant(preset.shape).name
     work = folder / "pretrain"
     result = train(
         RunSpec(
