@@ -303,5 +303,8 @@ def test_force_sum_reduction_for_gloo_is_still_needed(tmp_path):
         assert proc.returncode == 0, stderr[-2000:]
         results.append(json.loads(stdout.strip().splitlines()[-1]))
     for result in results:
-        assert result["unswitched"] == "Cannot use ReduceOp.PREMUL_SUM with Gloo", result
+        assert result["unswitched"] == "Cannot use ReduceOp.PREMUL_SUM with Gloo", (
+            f"{result}: FSDP2 on gloo trains without the switch now; "
+            "delete force_sum_reduction_for_gloo"
+        )
         assert result["switched_modules"] == 1 and result["max_grad_error"] < 1e-6, result
