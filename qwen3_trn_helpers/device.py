@@ -14,6 +14,9 @@ once the runtime is up. ``is_available()`` and ``device_count()`` only ask the r
 library how many cores are visible, so a notebook may call them; names, memory and the
 rest of the report come from ``neuron-ls``'s JSON in a child process (``--output-format
 json`` from Neuron 2.34, ``--json-output`` before).
+
+torchtitan expects a ``torch.cuda``-like device module; :class:`CpuDeviceModule` is the
+one a CPU run hands it (installed by ``training.patches.torchtitan_on_cpu``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from importlib import metadata
+from types import SimpleNamespace
+from typing import Any
 
 from .errors import DeviceError
 from .without_triton import triton_summary
@@ -111,6 +116,82 @@ def resolve_device(requested: str = "auto") -> str:
             "installed (see README, 'On Trainium'), or use --device cpu"
         )
     raise DeviceError(f"device {requested!r} requested but this machine has {detected!r}")
+
+
+#: ``ru_maxrss`` is in KiB on Linux and in bytes on macOS (getrusage(2) on each)
+RU_MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024
+
+
+class CpuDeviceModule:
+    """The slice of the ``torch.cuda`` API torchtitan calls, answered for the host CPU.
+
+    torchtitan talks to its device through a module-level ``device_module``
+    (``torch.cuda``, ``torch.neuron``); ``torch.cpu`` lacks the memory-statistics calls
+    its metrics make. Memory figures are the process's peak resident set size
+    (``ru_maxrss``), which cannot be reset, so "peak since last step" reads as "peak so
+    far" on a CPU. torch is imported on call, so importing this module stays cheap.
+    """
+
+    @staticmethod
+    def set_device(device: Any) -> None:
+        import torch
+
+        torch.cpu.set_device(device)
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def synchronize(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    @staticmethod
+    def empty_cache() -> None:
+        return None
+
+    @staticmethod
+    def reset_peak_memory_stats(*args: Any, **kwargs: Any) -> None:
+        return None  # ru_maxrss cannot be reset
+
+    @staticmethod
+    def device_count() -> int:
+        return 1  # one "device" per process: torchtitan then uses index 0 for every rank
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+    @staticmethod
+    def get_device_name(device: Any = None) -> str:
+        return f"cpu ({platform.processor() or platform.machine()})"
+
+    @staticmethod
+    def get_device_properties(device: Any = None) -> SimpleNamespace:
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):  # Windows has no sysconf
+            total = 0
+        return SimpleNamespace(name="cpu", total_memory=total)
+
+    @staticmethod
+    def memory_stats(device: Any = None) -> dict[str, int]:
+        try:
+            import resource  # Unix only
+        except ImportError:  # Windows: no peak RSS without another package; report 0
+            resource = None
+        peak = 0
+        if resource is not None:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * RU_MAXRSS_UNIT
+        return {
+            "active_bytes.all.peak": peak,
+            "reserved_bytes.all.peak": peak,
+            "num_alloc_retries": 0,
+            "num_ooms": 0,
+        }
+
+
+CPU_DEVICE_MODULE = CpuDeviceModule()
 
 
 def _version(package: str) -> str | None:

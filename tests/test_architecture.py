@@ -3,6 +3,8 @@
 import ast
 from pathlib import Path
 
+from qwen3_trn_helpers.model.variants import VARIANTS
+
 PACKAGE = Path(__file__).resolve().parents[1] / "qwen3_trn_helpers"
 #: lower layers first; a module may import its own layer and the ones before it
 LAYERS = [
@@ -161,12 +163,64 @@ def test_private_torchtitan_names_in_one_module():
                 assert not private or name.endswith("torchtitan_internals"), (name, private)
 
 
+def variant_name_decisions(tree: ast.Module, names: set[str]) -> list[str]:
+    """Places in ``tree`` that decide something by a variant's name, as source text.
+
+    A comparison with a name on either side (``==``, ``!=``, ``in``, ``not in``, also
+    inside a literal tuple, list or set), a dict keyed by one (a dispatch table), a
+    ``match`` case on one, and a conditional expression that picks one.
+    """
+
+    def named(node: ast.AST | None) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return any(named(e) for e in node.elts)
+        return False
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            hit = any(named(c) for c in [node.left, *node.comparators])
+        elif isinstance(node, ast.Dict):
+            hit = any(named(k) for k in node.keys)
+        elif isinstance(node, ast.match_case):
+            hit = any(
+                isinstance(p, ast.MatchValue) and named(p.value) for p in ast.walk(node.pattern)
+            )
+        elif isinstance(node, ast.IfExp):
+            hit = named(node.body) or named(node.orelse)
+        else:
+            hit = False
+        if hit:
+            found.append(ast.unparse(node.pattern if isinstance(node, ast.match_case) else node))
+    return found
+
+
 def test_variant_names_are_compared_in_the_registry_only():
-    names = {"native", "transformers_v5", "nki_moe"}
-    for name, tree in modules().items():
-        if name.endswith("model.variants"):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Compare):
-                consts = [c for c in [node.left, *node.comparators] if isinstance(c, ast.Constant)]
-                assert not any(c.value in names for c in consts), (name, ast.unparse(node))
+    """Only model/variants.py decides anything by a variant's name."""
+    names = set(VARIANTS)
+    offenders = {
+        name: found
+        for name, tree in modules().items()
+        if not name.endswith("model.variants")
+        if (found := variant_name_decisions(tree, names))
+    }
+    assert not offenders, offenders
+
+
+def test_the_variant_name_rule_sees_each_kind_of_decision():
+    """The rule above catches every form it names, and leaves a plain argument alone."""
+    names = set(VARIANTS)
+    caught = [
+        "v == 'native'",
+        "'nki_moe' != v",
+        "v in ('native', 'nki_moe')",
+        "v not in {'transformers_v5'}",
+        "table = {'native': 1}",
+        "match v:\n    case 'native':\n        pass",
+        "v = 'nki_moe' if moe else 'native'",
+    ]
+    for source in caught:
+        assert variant_name_decisions(ast.parse(source), names), source
+    assert not variant_name_decisions(ast.parse("run('native', steps=1)"), names)

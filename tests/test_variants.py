@@ -1,6 +1,5 @@
 """The three variants: each trains, the dense two agree, inputs are checked up front."""
 
-import contextlib
 import json
 import math
 import shutil
@@ -17,10 +16,11 @@ from qwen3_trn_helpers.lessons.parity import (
     torchtitan_logits,
     transformers_logits,
 )
+from qwen3_trn_helpers.model import variants as variants_module
 from qwen3_trn_helpers.model.hf_checkpoint import make_random_hf_checkpoint
 from qwen3_trn_helpers.model.presets import PRESETS
 from qwen3_trn_helpers.model.shapes import TINY, VOCAB_SIZE
-from qwen3_trn_helpers.model.variants import VARIANTS
+from qwen3_trn_helpers.model.variants import VARIANTS, Variant
 
 LN_VOCAB = math.log(VOCAB_SIZE)
 
@@ -31,18 +31,14 @@ def test_parity_fp32_logits(tiny_hf_checkpoint):
     assert report.worst() <= 1e-4, str(report)
 
 
-def test_rope_patch_is_what_makes_transformers_v5_correct(
-    tiny_hf_checkpoint, tokenizer_dir, monkeypatch
-):
+def test_rope_patch_is_what_makes_transformers_v5_correct(tiny_hf_checkpoint, tokenizer_dir):
     """Without our inv_freq patch the HF backend's logits are wrong (RoPE broken)."""
     from qwen3_trn_helpers.training import patches
 
     tokens = fixed_batch(tokenizer_dir, 32)
     ref = transformers_logits(tiny_hf_checkpoint, tokens)
-    monkeypatch.setitem(
-        patches.VARIANT_PATCHES, "hf_backend_rope_init", lambda d: contextlib.nullcontext()
-    )
-    broken = torchtitan_logits("transformers_v5", tiny_hf_checkpoint, tokens)
+    with patches.disabled(patches.hf_backend_rope_init):
+        broken = torchtitan_logits("transformers_v5", tiny_hf_checkpoint, tokens)
     # Position 0 has no rotation. Without the patch inv_freq is uninitialised memory, so
     # "wrong" may be garbage or NaN (allclose counts NaN as a mismatch, max() would not).
     assert not torch.allclose(broken[:, 1:], ref[:, 1:], atol=1e-3)
@@ -129,8 +125,34 @@ def test_checkpoint_shapes_must_match_its_config(tiny_hf_checkpoint, tmp_path):
         run(init=str(edited), out=str(tmp_path / "x"), progress=False)
 
 
+def test_the_registry_holds_every_variant_class_under_its_name():
+    """Derived from model/variants.py itself: each Variant class it defines is registered."""
+    classes = {
+        c
+        for c in vars(variants_module).values()
+        if isinstance(c, type) and issubclass(c, Variant) and c is not Variant
+    }
+    assert {type(v) for v in VARIANTS.values()} == classes
+    assert [key for key, v in VARIANTS.items() if key != v.name] == []
+
+
+def test_training_gives_every_variant_one_trainer_and_its_patches():
+    """training/trainer.py's VARIANT_PARTS covers the registry, with patch objects."""
+    from qwen3_trn_helpers.training import patches
+    from qwen3_trn_helpers.training.trainer import VARIANT_PARTS, _RunScope, variant_parts
+
+    assert set(VARIANT_PARTS) == {type(v) for v in VARIANTS.values()}  # none missing or stale
+    for variant in VARIANTS.values():
+        parts = variant_parts(variant)
+        assert issubclass(parts.trainer, _RunScope), variant.name
+        assert all(patches.PATCHES[p.name] is p for p in parts.patches), variant.name
+        assert not set(parts.patches) & set(patches.RUN_PATCHES), variant.name
+    unknown = type("Unregistered", (Variant,), {})
+    with pytest.raises(ConfigError, match="'x' .Unregistered. has no trainer"):
+        variant_parts(unknown(**{**vars(VARIANTS["native"]), "name": "x"}))
+
+
 def test_presets_are_consistent():
-    assert set(VARIANTS) == {"native", "transformers_v5", "nki_moe"}
     assert PRESETS["4b"].shape.rope_theta == 5e6  # 2507, not torchtitan's 4B flavor's 1e6
     for preset in PRESETS.values():
         tp, s = preset.layout.tp, preset.shape

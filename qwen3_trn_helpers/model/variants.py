@@ -2,9 +2,11 @@
 
 A :class:`Variant` says what it is, which presets it trains by default (a small one for
 a single core, the real model for a whole trn2.48xlarge), whether it is dense or MoE,
-how to build its torchtitan model spec, which trainer and compatibility patches it
-needs (named here, applied in ``training/trainer.py``), and how to get logits from its
-model for the parity check. Nothing else in the package compares variant names.
+how to build its torchtitan model spec, and how to get logits from its model for the
+parity check. Which trainer runs it and which compatibility patches its model needs
+are training code, above this layer: ``training/trainer.py`` maps each variant class to
+them (``VARIANT_PARTS``). Nothing else in the package compares variant names
+(tests/test_architecture.py).
 
 Importing this module is cheap; torchtitan and transformers load when a method needs
 them.
@@ -27,8 +29,6 @@ class Variant:
     moe: bool
     small_preset: str  # what one rank trains (CPU, a notebook, one NeuronCore)
     trn2_preset: str  # the real model on a whole trn2.48xlarge
-    trainer: str  # "torchtitan" (its Trainer) or "transformers" (the HF backend's)
-    patches: tuple[str, ...]  # names in training.patches.VARIANT_PATCHES
     off_trainium: str
     on_trainium: str
 
@@ -244,8 +244,6 @@ VARIANTS: dict[str, Variant] = {
             moe=False,
             small_preset="tiny",
             trn2_preset="4b",
-            trainer="torchtitan",
-            patches=("tie_embedding_before_fsdp",),
             off_trainium="torchtitan Qwen3; attention through SDPA (document-masked)",
             on_trainium="the same model on `neuron`, plain causal SDPA; TP/FSDP by torchtitan",
         ),
@@ -256,8 +254,6 @@ VARIANTS: dict[str, Variant] = {
             moe=False,
             small_preset="tiny",
             trn2_preset="4b",
-            trainer="transformers",
-            patches=("hf_backend_rope_init", "hf_backend_sdpa", "keep_transformers_init"),
             off_trainium="HF Qwen3 module in torchtitan; HF's SDPA attention",
             on_trainium="the same HF module on `neuron`; torchtitan applies FSDP/TP to it",
         ),
@@ -268,8 +264,6 @@ VARIANTS: dict[str, Variant] = {
             moe=True,
             small_preset="tiny_moe",
             trn2_preset="30b-a3b",
-            trainer="torchtitan",
-            patches=("tie_embedding_before_fsdp",),
             off_trainium="torchtitan Qwen3 MoE; experts: blockwise PyTorch reference",
             on_trainium="experts on nki-library kernels (moe_cte forward, blockwise_mm_bwd "
             "backward) where the shape meets their constraints",
@@ -282,6 +276,22 @@ def get_variant(name: str) -> Variant:
     if name not in VARIANTS:
         raise ConfigError(f"unknown variant {name!r}; choose one of {', '.join(VARIANTS)}")
     return VARIANTS[name]
+
+
+def torchtitan_variant(shape: Qwen3Shape) -> Variant:
+    """The variant that trains ``shape`` with torchtitan's own Qwen3 model (dense or MoE).
+
+    What makes a checkpoint every variant of that architecture can load (the local
+    "published" weights): torchtitan's model and its Hugging Face state-dict adapter.
+    """
+    fitting = [
+        v for v in VARIANTS.values() if isinstance(v, TorchtitanQwen3) and v.moe == shape.is_moe
+    ]
+    if len(fitting) != 1:
+        kind = "MoE" if shape.is_moe else "dense"
+        found = [v.name for v in fitting]
+        raise ConfigError(f"expected one torchtitan-model variant for a {kind} shape: {found}")
+    return fitting[0]
 
 
 def variant_table() -> list[dict[str, object]]:

@@ -76,11 +76,11 @@ def published_dir(preset: Preset) -> Path:
 def _pretrain_into(preset: Preset, folder: Path, progress: bool) -> None:
     from ..assets import ensure_tokenizer
     from ..model.hf_checkpoint import check_hf_checkpoint
-    from ..training.spec import implied_variant
+    from ..model.variants import torchtitan_variant
     from .here import run_here
 
     # Variants of one architecture share a checkpoint; torchtitan's own model makes it.
-    variant = implied_variant(preset.name)
+    variant = torchtitan_variant(preset.shape).name
     work = folder / "pretrain"
     result = run_here(
         RunSpec(

@@ -1,125 +1,72 @@
 """Every change we make to torchtitan's or transformers' behaviour at run time, in one place.
 
-Each patch is a context manager that applies a named change and undoes it on exit; the
-trainer (training/trainer.py) enters the ones a run needs when it is built and leaves
-them when it is closed, so nothing outlives the run that needed it. Each says why it
-exists and which versions it was written for, and ``tests/test_patches.py`` checks that
-each one still is needed (it fails once upstream fixes the problem, so the patch can
-be deleted) and that it works.
+Each patch is a :class:`Patch`: a context manager that applies one named change and
+undoes it on exit, with the condition (device, ranks, versions) under which a run needs
+it. The trainer (training/trainer.py) enters the ones a run needs when it is built and
+leaves them when it is closed, so nothing outlives the run that needed it. Two apply to
+every run (:data:`RUN_PATCHES`); the others belong to a variant, and training/trainer.py
+says which (``VARIANT_PARTS``). Each says why it exists and which versions it was
+written for, and ``tests/test_patches.py`` checks that each one still is needed (it
+fails once upstream fixes the problem, so the patch can be deleted) and that it works.
 
-Swapping attention and MoE experts is not a patch: it goes through torchtitan's own
-override mechanism (model/attention.py, model/moe_blockwise.py).
+Not patches, so not here: swapping attention and MoE experts goes through torchtitan's
+own override mechanism (model/attention.py, model/moe_blockwise.py); the CPU device
+module torchtitan is pointed at is device code (device.py); switching FSDP to SUM
+reductions for gloo is a public FSDP call on the built model (training/trainer.py).
 """
 
 from __future__ import annotations
 
+import functools
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import torch
 
+from ..device import CPU_DEVICE_MODULE
 from ..torchtitan_internals import TESTED_TORCHTITAN
 
-
-@contextmanager
-def replaced(owner: Any, name: str, value: Any) -> Iterator[None]:
-    """``owner.name = value`` for the duration; the original is put back on exit."""
-    missing = object()
-    original = (
-        owner.__dict__.get(name, missing)
-        if isinstance(owner, type)
-        else getattr(owner, name, missing)
-    )
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        if original is missing:
-            delattr(owner, name)
-        else:
-            setattr(owner, name, original)
+#: (device_type, world_size) -> whether a run needs the patch
+Gate = Callable[[str, int], bool]
 
 
-@contextmanager
-def replaced_item(mapping: dict, key: Any, value: Any) -> Iterator[None]:
-    """``mapping[key] = value`` for the duration; the original entry is put back on exit."""
-    missing = object()
-    original = mapping.get(key, missing)
-    mapping[key] = value
-    try:
-        yield
-    finally:
-        if original is missing:
-            mapping.pop(key, None)
-        else:
-            mapping[key] = original
+class Patch:
+    """One named, reversible change to upstream code, and when a run needs it.
+
+    Calling it returns the context manager that applies the change (so
+    ``with patches.hf_backend_sdpa(): ...`` works as for a plain ``@contextmanager``);
+    :meth:`needed` is its gate: the device and rank count it applies to, and the
+    upstream versions it was written for.
+    """
+
+    def __init__(self, apply: Callable[[], AbstractContextManager[Any]], gate: Gate) -> None:
+        functools.update_wrapper(self, apply)  # name and docstring: help() shows the why
+        self.apply = apply
+        self.gate = gate
+        self.name: str = apply.__name__
+
+    def __call__(self) -> AbstractContextManager[Any]:
+        return self.apply()
+
+    def needed(self, device_type: str, world_size: int) -> bool:
+        return self.gate(device_type, world_size)
+
+    def __repr__(self) -> str:
+        return f"<patch {self.name}>"
+
+
+def applies_when(gate: Gate) -> Callable[[Callable[[], AbstractContextManager[Any]]], Patch]:
+    """Decorator: the context manager below is a :class:`Patch` needed when ``gate`` holds."""
+    return lambda apply: Patch(apply, gate)
 
 
 # --- the device torchtitan trains on ------------------------------------------------
-
-
-#: ``ru_maxrss`` is in KiB on Linux and in bytes on macOS (getrusage(2) on each)
-RU_MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024
-
-
-class CpuDeviceModule:
-    """The slice of the ``torch.cuda`` API torchtitan calls, answered for the host CPU.
-
-    ``torch.cpu`` lacks the memory-statistics calls torchtitan's metrics make. Memory
-    figures are the process's peak resident set size (``ru_maxrss``), which cannot be
-    reset, so "peak since last step" reads as "peak so far" on a CPU.
-    """
-
-    set_device = staticmethod(torch.cpu.set_device)
-    is_available = staticmethod(lambda: True)
-    synchronize = staticmethod(lambda *a, **k: None)
-    empty_cache = staticmethod(lambda: None)
-    reset_peak_memory_stats = staticmethod(lambda *a, **k: None)
-
-    @staticmethod
-    def device_count() -> int:
-        return 1  # one "device" per process: torchtitan then uses index 0 for every rank
-
-    @staticmethod
-    def current_device() -> int:
-        return 0
-
-    @staticmethod
-    def get_device_name(device: Any = None) -> str:
-        return f"cpu ({platform.processor() or platform.machine()})"
-
-    @staticmethod
-    def get_device_properties(device: Any = None) -> SimpleNamespace:
-        try:
-            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (AttributeError, ValueError, OSError):  # Windows has no sysconf
-            total = 0
-        return SimpleNamespace(name="cpu", total_memory=total)
-
-    @staticmethod
-    def memory_stats(device: Any = None) -> dict[str, int]:
-        try:
-            import resource  # Unix only
-        except ImportError:  # Windows: no peak RSS without another package; report 0
-            resource = None
-        peak = 0
-        if resource is not None:
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * RU_MAXRSS_UNIT
-        return {
-            "active_bytes.all.peak": peak,
-            "reserved_bytes.all.peak": peak,
-            "num_alloc_retries": 0,
-            "num_ooms": 0,
-        }
-
-
-CPU_DEVICE_MODULE = CpuDeviceModule()
 
 
 def torchtitan_device_type() -> str:
@@ -129,6 +76,7 @@ def torchtitan_device_type() -> str:
     return utils.device_type
 
 
+@applies_when(lambda device, world: device == "cpu" and torchtitan_device_type() != "cpu")
 @contextmanager
 def torchtitan_on_cpu() -> Iterator[list[str]]:
     """Point torchtitan's module-level ``device_type``/``device_module`` at the CPU.
@@ -138,8 +86,9 @@ def torchtitan_on_cpu() -> Iterator[list[str]]:
     names (``from torchtitan.tools.utils import device_type``). On a machine with no
     accelerator it chooses CUDA and dies at ``set_device``; on a Mac it chooses
     ``mps``; and a run asked to use the CPU on a GPU host would train on the GPU. Each
-    copy is replaced for the run and restored afterwards. Not needed on trn2, where
-    torchtitan finds ``neuron`` itself. Yields the modules changed.
+    copy is pointed at the CPU (``device.CPU_DEVICE_MODULE``) for the run and restored
+    afterwards. Needed for CPU runs only, and only while torchtitan chose otherwise;
+    not on trn2, where torchtitan finds ``neuron`` itself. Yields the modules changed.
     """
     import torchtitan.trainer  # noqa: F401  (imports the modules that copy the names)
     from torchtitan.tools import utils
@@ -171,7 +120,7 @@ def _swap_device(old_type: str, old_module: Any, new_type: str, new_module: Any)
 
 
 def trainer_sleeps_at_end() -> bool:
-    """The condition for :func:`no_end_of_run_sleep` (torchtitan 0.3.0's Trainer.train)."""
+    """The version gate of :func:`no_end_of_run_sleep` (torchtitan 0.3.0's Trainer.train)."""
     import inspect
 
     from torchtitan.trainer import Trainer
@@ -179,19 +128,21 @@ def trainer_sleeps_at_end() -> bool:
     return "time.sleep(2)" in inspect.getsource(Trainer.train)
 
 
+@applies_when(lambda device, world: world == 1 and trainer_sleeps_at_end())
 @contextmanager
 def no_end_of_run_sleep() -> Iterator[None]:
     """Skip the 2 s sleep at the end of ``Trainer.train`` in a one-rank run.
 
     Why: torchtitan 0.3.0 sleeps 2 s on rank 0 after the last step "for other ranks to
     complete". With one rank there are none, and a notebook or test that trains a dozen
-    short runs waits half a minute for nothing. Multi-rank runs keep the sleep.
+    short runs waits half a minute for nothing. Multi-rank runs keep the sleep. Only
+    ``torchtitan.trainer``'s own name ``time`` is replaced, never the ``time`` module.
     """
     import torchtitan.trainer as trainer_module
 
     clock = SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if not k.startswith("_")})
     clock.sleep = lambda seconds: None
-    with replaced(trainer_module, "time", clock):
+    with mock.patch.object(trainer_module, "time", clock):
         yield
 
 
@@ -228,6 +179,7 @@ def recompute_rotary_inv_freq(model: torch.nn.Module) -> int:
     return count
 
 
+@applies_when(lambda device, world: hf_rotary_lacks_rope_init_fn())
 @contextmanager
 def hf_backend_rope_init() -> Iterator[None]:
     """Give HF rotary embeddings real ``inv_freq`` values after torchtitan materialises them.
@@ -250,22 +202,29 @@ def hf_backend_rope_init() -> Iterator[None]:
         with torch.no_grad():
             recompute_rotary_inv_freq(self.model)
 
-    with replaced(cls, "init_states", init_states):
+    with mock.patch.object(cls, "init_states", init_states):
         yield
 
 
+@applies_when(lambda device, world: device != "cuda")
 @contextmanager
 def hf_backend_sdpa() -> Iterator[None]:
     """Run the transformers backend's attention through SDPA instead of FlexAttention.
 
     Why: the backend sends HF attention to FlexAttention (registered under its own
     name) with a compiled BlockMask. FlexAttention has no CPU backward and is not what
-    the Neuron compiler lowers, so off CUDA we register transformers' own SDPA
-    attention under that name (``AttentionInterface.register``, HF's documented hook).
-    Causal attention then passes no mask at all (SDPA's ``is_causal``); document-masked
-    attention uses the dense block-causal mask the backend already builds for models
-    that cannot take a BlockMask (``_build_dense_attention_mask``). Same maths.
+    the Neuron compiler lowers, so off CUDA (torch 2.14: "FlexAttention does not support
+    backward on CPU"; torchtitan 0.3.0) we register transformers' own SDPA attention
+    under that name with ``AttentionInterface.register``, HF's documented hook, which
+    HF's Qwen3 attention reads through ``ALL_ATTENTION_FUNCTIONS.get_interface``
+    (transformers 5.x). Causal attention then passes no mask at all (SDPA's
+    ``is_causal``); document-masked attention uses the dense block-causal mask the
+    backend already builds for models that cannot take a BlockMask
+    (``_build_dense_attention_mask``). Same maths. On exit the name maps to what it
+    did before (the backend's own function if no backend config was built yet: each
+    one registers it).
     """
+    from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -273,6 +232,7 @@ def hf_backend_sdpa() -> Iterator[None]:
 
     backend = hf_backend_attention()
     name = backend.implementation_name
+    before = ALL_ATTENTION_FUNCTIONS.get(name, backend.module._flex_attention_torchtitan)
 
     def get_attention_masks(self, positions: torch.Tensor) -> torch.Tensor | None:
         if getattr(self.model.config, "attn_mask_type", "causal") == "block_causal":
@@ -282,16 +242,17 @@ def hf_backend_sdpa() -> Iterator[None]:
     with ExitStack() as stack:
         # every new backend config re-registers the module's _flex_attention_torchtitan
         stack.enter_context(
-            replaced(backend.module, "_flex_attention_torchtitan", sdpa_attention_forward)
+            mock.patch.object(backend.module, "_flex_attention_torchtitan", sdpa_attention_forward)
         )
         stack.enter_context(
-            replaced(backend.model_class, "get_attention_masks", get_attention_masks)
+            mock.patch.object(backend.model_class, "get_attention_masks", get_attention_masks)
         )
-        registry = ALL_ATTENTION_FUNCTIONS._global_mapping
-        stack.enter_context(replaced_item(registry, name, sdpa_attention_forward))
+        AttentionInterface.register(name, sdpa_attention_forward)
+        stack.callback(AttentionInterface.register, name, before)
         yield
 
 
+@applies_when(lambda device, world: True)
 @contextmanager
 def keep_transformers_init() -> Iterator[None]:
     """Undo, on exit, the transformers-wide init patches torchtitan's backend installs.
@@ -309,21 +270,18 @@ def keep_transformers_init() -> Iterator[None]:
     from transformers.models.qwen3_moe import modeling_qwen3_moe
 
     pretrained = modeling_utils.PreTrainedModel
-    saved = [
-        (pretrained, "_init_weights", pretrained.__dict__["_init_weights"]),
-        (pretrained, "_initialize_weights", pretrained.__dict__["_initialize_weights"]),
+    kept = [
+        (pretrained, "_init_weights"),
+        (pretrained, "_initialize_weights"),
+        (modeling_qwen3.Qwen3DecoderLayer, "__init__"),
+        (modeling_qwen3_moe.Qwen3MoeDecoderLayer, "__init__"),
     ]
-    for module, name in (
-        (modeling_qwen3, "Qwen3DecoderLayer"),
-        (modeling_qwen3_moe, "Qwen3MoeDecoderLayer"),
-    ):
-        cls = getattr(module, name)
-        saved.append((cls, "__init__", cls.__dict__["__init__"]))
-    try:
+    with ExitStack() as stack:
+        for owner, name in kept:
+            # "replaced" by its own value: on exit mock puts that value back, whatever
+            # the backend wrote there meanwhile
+            stack.enter_context(mock.patch.object(owner, name, owner.__dict__[name]))
         yield
-    finally:
-        for owner, name, value in saved:
-            setattr(owner, name, value)
 
 
 # --- torchtitan's Qwen3 decoder (variants "native" and "nki_moe") -------------------
@@ -360,6 +318,7 @@ def retie_embedding(model: torch.nn.Module) -> bool:
     return True
 
 
+@applies_when(lambda device, world: torchtitan_unties_before_fsdp())
 @contextmanager
 def tie_embedding_before_fsdp() -> Iterator[None]:
     """Tie the embedding to the output layer again before FSDP shards them.
@@ -415,7 +374,7 @@ def tie_embedding_before_fsdp() -> Iterator[None]:
         retie_embedding(model)
         return original(model, *args, **kwargs)
 
-    with replaced(module, "apply_fsdp_to_decoder", apply_fsdp_to_decoder):
+    with mock.patch.object(module, "apply_fsdp_to_decoder", apply_fsdp_to_decoder):
         yield
 
 
@@ -443,52 +402,52 @@ def fsdp_table_parameters(model_parts: list[torch.nn.Module]) -> int:
     )
 
 
-#: patches a variant names in its registry entry (model/variants.py)
-VARIANT_PATCHES: dict[str, Callable[[str], Any]] = {
-    # (device_type) -> context manager
-    "hf_backend_rope_init": lambda device: (
-        hf_backend_rope_init() if hf_rotary_lacks_rope_init_fn() else nullcontext()
-    ),
-    "hf_backend_sdpa": lambda device: hf_backend_sdpa() if device != "cuda" else nullcontext(),
-    "keep_transformers_init": lambda device: keep_transformers_init(),
-    "tie_embedding_before_fsdp": lambda device: (
-        tie_embedding_before_fsdp() if torchtitan_unties_before_fsdp() else nullcontext()
-    ),
-}
+#: the patches every run gets (where their gates hold); variants add theirs
+RUN_PATCHES: tuple[Patch, ...] = (torchtitan_on_cpu, no_end_of_run_sleep)
 
+#: every patch by name, for :func:`disabled` (the notebooks switch one off by name)
+PATCHES: dict[str, Patch] = {
+    p.name: p
+    for p in (
+        *RUN_PATCHES,
+        hf_backend_rope_init,
+        hf_backend_sdpa,
+        keep_transformers_init,
+        tie_embedding_before_fsdp,
+    )
+}
 
 DISABLED_ENV = "QWEN3_TRN_DISABLED_PATCHES"
 
 
 @contextmanager
-def disabled(name: str) -> Iterator[None]:
-    """Leave one variant patch out of the runs started inside (to see what it fixes).
+def disabled(patch: str | Patch) -> Iterator[None]:
+    """Leave one patch (or its name) out of the runs started inside, to see what it fixes.
 
     Recorded in the environment, so runs in child processes (torchrun ranks, trn2's
     isolated notebook helpers) leave it out too.
     """
-    from unittest.mock import patch
-
-    if name not in VARIANT_PATCHES:
-        raise KeyError(f"no patch named {name!r}; the patches are {', '.join(VARIANT_PATCHES)}")
+    name = patch.name if isinstance(patch, Patch) else patch
+    if PATCHES.get(name) is None:
+        raise KeyError(f"no patch named {name!r}; the patches are {', '.join(PATCHES)}")
     names = [n for n in os.environ.get(DISABLED_ENV, "").split(",") if n]
-    with patch.dict(os.environ, {DISABLED_ENV: ",".join([*names, name])}):
+    with mock.patch.dict(os.environ, {DISABLED_ENV: ",".join([*names, name])}):
         yield
 
 
 @contextmanager
-def run_patches(variant_patches: tuple[str, ...], device_type: str, world_size: int):
-    """Everything one run needs, entered together and undone together."""
+def run_patches(variant_patches: tuple[Patch, ...], device_type: str, world_size: int):
+    """Everything one run needs, entered together and undone together.
+
+    The run-wide patches and ``variant_patches``, each where its gate holds and it is
+    not :func:`disabled`.
+    """
     check_torchtitan_version()
+    skipped = set(os.environ.get(DISABLED_ENV, "").split(","))
     with ExitStack() as stack:
-        if device_type == "cpu" and torchtitan_device_type() != "cpu":
-            stack.enter_context(torchtitan_on_cpu())
-        if world_size == 1 and trainer_sleeps_at_end():
-            stack.enter_context(no_end_of_run_sleep())
-        skipped = set(os.environ.get(DISABLED_ENV, "").split(","))
-        for name in variant_patches:
-            if name not in skipped:
-                stack.enter_context(VARIANT_PATCHES[name](device_type))
+        for patch in (*RUN_PATCHES, *variant_patches):
+            if patch.name not in skipped and patch.needed(device_type, world_size):
+                stack.enter_context(patch())
         yield
 
 
@@ -505,28 +464,3 @@ def check_torchtitan_version() -> str:
             stacklevel=2,
         )
     return version
-
-
-# --- multi-rank on CPU --------------------------------------------------------------
-
-
-def force_sum_reduction_for_gloo(model_parts: list[torch.nn.Module]) -> int:
-    """Make FSDP2 reduce gradients with SUM, the only reduction gloo offers.
-
-    Why: torchtitan normalises the loss by the global token count and so sets FSDP's
-    gradient divide factor to 1; FSDP2 then reduce-scatters with
-    ``ReduceOp.PREMUL_SUM(1.0)``, which NCCL (and Neuron's backend) implement and gloo
-    does not ("Cannot use ReduceOp.PREMUL_SUM with Gloo"). FSDP2's public
-    ``set_force_sum_reduction_for_comms`` switches to SUM followed by the same (x1)
-    scaling: identical gradients. Only for CPU runs with more than one rank; a call on
-    the built model, not a patch of anyone's code. Returns the FSDP modules changed.
-    """
-    from torch.distributed.fsdp import FSDPModule
-
-    count = 0
-    for part in model_parts:
-        for module in part.modules():
-            if isinstance(module, FSDPModule):
-                module.set_force_sum_reduction_for_comms(True)
-                count += 1
-    return count

@@ -8,8 +8,10 @@ point (``torchrun -m torchtitan.train --module qwen3_trn_helpers --config ...``)
 calls ``config.build()`` itself.
 
 Our trainers are torchtitan's (``Trainer``, and the transformers backend's
-``HFTransformerTrainer``) with four additions, all made in ``__init__`` and undone in
-``close()``:
+``HFTransformerTrainer``); which one a variant trains with, and which patches its model
+needs, is :data:`VARIANT_PARTS`, the one place training maps the model registry
+(model/variants.py) to training code. Four additions, all made in ``__init__`` and
+undone in ``close()``:
 
 - the compatibility patches the run needs (training/patches.py), entered as one
   reversible scope, so nothing outlives the run;
@@ -37,6 +39,9 @@ from torchtitan.experiments.transformers_modeling_backend.trainer import HFTrans
 from torchtitan.trainer import Trainer
 
 from ..errors import ConfigError, NonFiniteLoss, TrainingError
+from ..model.variants import BlockwiseMoE, TorchtitanQwen3, TransformersV5, Variant
+from . import patches
+from .patches import Patch
 from .spec import Plan
 
 
@@ -45,7 +50,8 @@ class RunOptions:
     """What our trainer needs to know beyond torchtitan's own config."""
 
     variant: str = "native"
-    """The variant (model/variants.py): decides the compatibility patches."""
+    """The variant (model/variants.py): its parts (:data:`VARIANT_PARTS`) decide the
+    compatibility patches."""
 
     device: str = "cpu"
     """The device type the run was planned for (neuron, cuda or cpu)."""
@@ -68,7 +74,6 @@ class _RunScope:
 
     def __init__(self, config) -> None:
         from ..model.variants import get_variant
-        from .patches import force_sum_reduction_for_gloo, run_patches
         from .ranks import one_rank_environment, world_size
 
         options: RunOptions = config.qwen3_trn
@@ -78,15 +83,19 @@ class _RunScope:
             launched = self._scope.enter_context(one_rank_environment())
             self._owns_process_group = not launched
             world = world_size()
-            self._scope.enter_context(
-                run_patches(get_variant(options.variant).patches, options.device, world)
-            )
+            parts = variant_parts(get_variant(options.variant))
+            self._scope.enter_context(patches.run_patches(parts.patches, options.device, world))
             super().__init__(config)  # type: ignore[call-arg]
             if options.device == "cpu" and world > 1:
                 force_sum_reduction_for_gloo(self.model_parts)
         except BaseException:
             self._teardown()
             raise
+
+    @classmethod
+    def backend_fields(cls, plan: Plan) -> dict[str, Any]:
+        """Config fields only this trainer's ``Config`` has (torchtitan's Trainer: none)."""
+        return {}
 
     def init_distributed(self):
         """torchtitan's process group, then: every rank runs the same software."""
@@ -162,9 +171,73 @@ class Qwen3TrnHFTrainer(_RunScope, HFTransformerTrainer):
     class Config(TransformersBackendConfig):
         qwen3_trn: RunOptions = field(default_factory=RunOptions)
 
+    @classmethod
+    def backend_fields(cls, plan: Plan) -> dict[str, Any]:
+        """``hf_model``: the backend builds its model from a config.json, the initial
+        checkpoint's, else one written for the plan's shape."""
+        from ..model.hf_checkpoint import cached_hf_config
 
-#: Variant.trainer -> the trainer class
-TRAINERS = {"torchtitan": Qwen3TrnTrainer, "transformers": Qwen3TrnHFTrainer}
+        return {"hf_model": str(plan.init_dir or cached_hf_config(plan.shape))}
+
+
+@dataclass(frozen=True)
+class VariantParts:
+    """What training adds to a registry variant: its trainer class and its patches.
+
+    The model registry (model/variants.py) sits below training and cannot name either,
+    so training keeps this table; the run-wide patches (``patches.RUN_PATCHES``) come on
+    top of ``patches``.
+    """
+
+    trainer: type[Qwen3TrnTrainer] | type[Qwen3TrnHFTrainer]
+    patches: tuple[Patch, ...]
+
+
+#: each registry class -> its parts; every variant of model.variants.VARIANTS has one
+#: (tests/test_variants.py)
+VARIANT_PARTS: dict[type[Variant], VariantParts] = {
+    TorchtitanQwen3: VariantParts(Qwen3TrnTrainer, (patches.tie_embedding_before_fsdp,)),
+    BlockwiseMoE: VariantParts(Qwen3TrnTrainer, (patches.tie_embedding_before_fsdp,)),
+    TransformersV5: VariantParts(
+        Qwen3TrnHFTrainer,
+        (patches.hf_backend_rope_init, patches.hf_backend_sdpa, patches.keep_transformers_init),
+    ),
+}
+
+
+def variant_parts(variant: Variant) -> VariantParts:
+    """The trainer class and patches of ``variant`` (a registry entry)."""
+    parts = VARIANT_PARTS.get(type(variant))
+    if parts is None:
+        raise ConfigError(
+            f"variant {variant.name!r} ({type(variant).__name__}) has no trainer: add its "
+            "class to VARIANT_PARTS in qwen3_trn_helpers/training/trainer.py"
+        )
+    return parts
+
+
+def force_sum_reduction_for_gloo(model_parts: list[torch.nn.Module]) -> int:
+    """Make FSDP2 reduce gradients with SUM, the only reduction gloo offers.
+
+    Why: torchtitan 0.3.0 normalises the loss by the global token count and so sets
+    FSDP's gradient divide factor to 1 (``disable_fsdp_gradient_division``); FSDP2
+    (torch 2.14) then reduce-scatters with ``ReduceOp.PREMUL_SUM(1.0)``, which NCCL (and
+    Neuron's backend) implement and gloo does not ("Cannot use ReduceOp.PREMUL_SUM with
+    Gloo"). FSDP2's public ``set_force_sum_reduction_for_comms`` switches to SUM followed
+    by the same (x1) scaling: identical gradients. Only for CPU runs with more than one
+    rank; a call on the built model, not a patch of anyone's code, and
+    tests/test_patches.py fails once gloo or FSDP2 no longer needs it. Returns the FSDP
+    modules changed.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    count = 0
+    for part in model_parts:
+        for module in part.modules():
+            if isinstance(module, FSDPModule):
+                module.set_force_sum_reduction_for_comms(True)
+                count += 1
+    return count
 
 
 def activation_checkpoint_config(kind: str):
@@ -197,7 +270,6 @@ def trainer_config(
 
     from ..assets import ensure_tokenizer
     from ..corpus import dataset_args
-    from ..model.hf_checkpoint import cached_hf_config
     from .checkpoint import Qwen3TrnCheckpointManager
     from .metrics import Qwen3TrnMetrics
 
@@ -263,11 +335,8 @@ def trainer_config(
         loss=variant.loss_config(plan.shape, plan.loss_chunks),
         qwen3_trn=RunOptions(variant=spec.variant, device=plan.device_type),
     )
-    trainer = TRAINERS[variant.trainer]
-    if trainer is Qwen3TrnHFTrainer:
-        # the backend builds its model from a config.json: the checkpoint's, else ours
-        kwargs["hf_model"] = init_dir or str(cached_hf_config(plan.shape))
-    return trainer.Config(**kwargs)
+    trainer = variant_parts(variant).trainer
+    return trainer.Config(**kwargs, **trainer.backend_fields(plan))
 
 
 def build_trainer(plan: Plan, out: str | Path, **options: Any) -> Trainer:
