@@ -10,7 +10,7 @@ LAYERS = [
     {"model"},
     {"training"},
     {"lessons"},
-    {"cli", "config_registry", "smoke", "__init__", "__main__"},
+    {"cli", "config_registry", "smoke", "wheelhouse", "__init__", "__main__"},
 ]
 
 
