@@ -280,8 +280,11 @@ def build(
     with tempfile.TemporaryDirectory() as tmp:
         report_path = Path(tmp) / "report.json"
         _pip(
+            # (--target: pip takes platform options only for a foreign folder; with
+            # --dry-run nothing is written there)
             ["install", "--dry-run", "--ignore-installed", "--quiet", "--report",
-             str(report_path), *tag_args, *index_args, *roots],
+             str(report_path), "--target", str(Path(tmp) / "target"), *tag_args,
+             *index_args, *roots],
             markers, "resolving the dependencies",
         )  # fmt: skip
         report = json.loads(report_path.read_text())

@@ -136,8 +136,13 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     # --isolated: no pip configuration or PIP_* variable adds an index or a find-links
     # folder; everything comes from the wheelhouse or the install fails
     echo "installing offline: pip install --no-index --find-links $wheelhouse/wheels $requirement"
-    "$py" -m pip install --quiet --isolated --no-index --only-binary=:all: \
-      --find-links "$wheelhouse/wheels" "$requirement"
+    if ! "$py" -m pip install --quiet --isolated --no-index --only-binary=:all: \
+        --find-links "$wheelhouse/wheels" "$requirement"; then
+      echo "error: the wheelhouse $wheelhouse lacks a wheel this install needs (pip's" \
+        "ERROR above names it); rebuild it on a machine with network:" \
+        "qwen3-trn wheelhouse DIR, with the options in its manifest.json (\"command\")" >&2
+      exit 1
+    fi
     "$py" -m qwen3_trn_helpers.wheelhouse install-assets "$wheelhouse"
   else
     torch_version=$("$py" -c "import importlib.metadata as m; print(m.version('torch'))" \
