@@ -187,6 +187,47 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="also download a preset's published weights from the hub (trn2: 4b, 30b-a3b)",
     )
+    house = sub.add_parser(
+        "wheelhouse",
+        parents=[debug],
+        help="prepare DIR with every wheel and asset a laptop needs to set up offline "
+        "(then: scripts/setup.sh --wheelhouse DIR)",
+    )
+    house.add_argument("dir", metavar="DIR", help="the folder to fill (a USB stick, a share)")
+    house.add_argument(
+        "--target",
+        choices=["linux-x86_64", "linux-aarch64", "macos-arm64"],
+        default=None,
+        help="the laptops' platform (default: this machine's)",
+    )
+    house.add_argument(
+        "--python-version", default=None, help="the laptops' Python, e.g. 3.11 (default: this)"
+    )
+    house.add_argument(
+        "--extras",
+        default="cpu,notebooks",
+        help="qwen3-trn's extras to include (default: cpu,notebooks; '' for none)",
+    )
+    house.add_argument(
+        "--cpu-torch",
+        action="store_true",
+        help="Linux: PyTorch's CPU-only torch from its own index (no CUDA libraries)",
+    )
+    house.add_argument(
+        "--torch-index", default=None, help="the index for --cpu-torch (a mirror of it)"
+    )
+    house.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="PACKAGE",
+        help="leave out a package the laptops already have (e.g. torch) and what only it needs",
+    )
+    house.add_argument(
+        "--no-published",
+        action="store_true",
+        help="leave out the local 'published' checkpoints (laptops then pretrain them, ~1.5 min)",
+    )
     return parser
 
 
@@ -410,6 +451,29 @@ def _cmd_assets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_wheelhouse(args: argparse.Namespace) -> int:
+    import shlex
+    from pathlib import Path
+
+    from .wheelhouse import build
+
+    build(
+        Path(args.dir),
+        target=args.target,
+        python_version=args.python_version,
+        extras=[e for e in args.extras.split(",") if e.strip()],
+        cpu_torch=args.cpu_torch or bool(args.torch_index),
+        torch_index=args.torch_index,
+        skip=args.skip,
+        published=not args.no_published,
+        command=shlex.join(["qwen3-trn", "wheelhouse", *sys.argv[2:]])
+        if sys.argv[1:2] == ["wheelhouse"]
+        else "",
+    )
+    print(f"next, on each laptop (no network needed): scripts/setup.sh --wheelhouse {args.dir}")
+    return 0
+
+
 COMMANDS = {
     "train": _cmd_train,
     "reproduce": _cmd_reproduce,
@@ -420,6 +484,7 @@ COMMANDS = {
     "k8s": _cmd_k8s,
     "doctor": _cmd_doctor,
     "assets": _cmd_assets,
+    "wheelhouse": _cmd_wheelhouse,
 }
 
 

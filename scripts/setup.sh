@@ -4,6 +4,16 @@
 #   scripts/setup.sh                 # everything (CPU: the 10-step walkthrough headless;
 #                                    #   trn2: the smoke ladder, see README)
 #   scripts/setup.sh --install-only  # just the environment (what scripts/test.sh uses)
+#   scripts/setup.sh --cpu-torch     # Linux: PyTorch's CPU-only torch, from its own index
+#                                    #   (QWEN3_TRN_TORCH_INDEX=URL: a mirror of that index)
+#   scripts/setup.sh --wheelhouse DIR  # offline: everything from DIR, made beforehand by
+#                                    #   `qwen3-trn wheelhouse DIR` on a machine with network
+#
+# The CPU-only torch is opt-in, not chosen automatically where no GPU is present: CI (which
+# reaches only PyPI) and most laptops then install the torch CI tests, and a missing or
+# unreachable second index never changes what a plain setup installs. Without a GPU on
+# Linux, setup says once that --cpu-torch would skip the CUDA libraries. On macOS PyPI's
+# torch is the CPU build already, so --cpu-torch changes nothing there.
 #
 # On trn2 the first thing to run on the Neuron device is the smoke ladder, not a
 # training run: each rung runs in its own process with a timeout and smoke/smoke.json
@@ -26,7 +36,27 @@ cd "$(dirname "$0")/.."
 VENV=${QWEN3_TRN_VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 install_only=0
-[ "${1:-}" = "--install-only" ] && install_only=1
+torch_index=${QWEN3_TRN_TORCH_INDEX:-}
+wheelhouse=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --install-only) install_only=1 ;;
+    --cpu-torch) torch_index=${torch_index:-https://download.pytorch.org/whl/cpu} ;;
+    --wheelhouse)
+      [ $# -ge 2 ] || { echo "error: --wheelhouse needs a folder (made by qwen3-trn wheelhouse)" >&2; exit 2; }
+      wheelhouse=$(cd "$2" 2>/dev/null && pwd) || {
+        echo "error: wheelhouse folder $2 does not exist; make it on a machine with network:" \
+          "qwen3-trn wheelhouse $2" >&2; exit 2; }
+      shift ;;
+    *) echo "error: unknown option $1 (scripts/setup.sh [--install-only] [--cpu-torch]" \
+         "[--wheelhouse DIR])" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ -n "$torch_index" ] && [ "$(uname -s)" = Darwin ]; then
+  echo "macOS: PyPI's torch is already the CPU-only build; --cpu-torch changes nothing here"
+  torch_index=""
+fi
 
 neuron_site=""
 if "$PYTHON" -c "import torch_neuronx" >/dev/null 2>&1; then
@@ -44,6 +74,12 @@ from importlib import metadata
 for name in ('torch', 'torch-neuronx'):
     print(f'{name}=={metadata.version(name)}')")
   echo "Neuron venv detected ($(echo $neuron_pins)): reusing its torch and torch-neuronx"
+fi
+
+if [ -n "$neuron_site" ] && { [ -n "$wheelhouse" ] || [ -n "$torch_index" ]; }; then
+  echo "error: --wheelhouse and --cpu-torch are for CPU machines; from the Neuron venv," \
+    "run scripts/setup.sh without them (it uses the Neuron venv's torch)" >&2
+  exit 2
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then
@@ -78,14 +114,67 @@ else
   extras="cpu,$extras"
 fi
 
-# Reinstall only when pyproject.toml (or the Neuron pins) changed since the last install.
+published=""
+if [ -n "$wheelhouse" ]; then
+  # offline: check the wheelhouse against its manifest (a missing or changed file, another
+  # Python or platform is one line, with the fix) before pip sees it
+  checked=$("$py" -m qwen3_trn_helpers.wheelhouse verify "$wheelhouse") || exit 1
+  requirement=$(echo "$checked" | sed -n 1p)
+  published=$(echo "$checked" | sed -n 2p)
+fi
+
+# Reinstall only when pyproject.toml (or the Neuron pins, the torch index, the
+# wheelhouse) changed since the last install.
 stamp="$VENV/.qwen3-trn-installed"
 # (hashed by Python: macOS has no sha256sum)
-want=$(cat pyproject.toml ${constraints:+"$constraints"} \
+want=$({ cat pyproject.toml ${constraints:+"$constraints"}
+  if [ -n "$torch_index" ]; then echo "torch index: $torch_index"; fi
+  if [ -n "$wheelhouse" ]; then cat "$wheelhouse/manifest.json"; fi; } \
   | "$py" -c "import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "installing: pip install ${constraints:+-c $constraints }-e .[$extras]"
-  "$py" -m pip install --quiet ${constraints:+-c "$constraints"} -e ".[$extras]"
+  if [ -n "$wheelhouse" ]; then
+    # --isolated: no pip configuration or PIP_* variable adds an index or a find-links
+    # folder; everything comes from the wheelhouse or the install fails
+    echo "installing offline: pip install --no-index --find-links $wheelhouse/wheels $requirement"
+    if ! "$py" -m pip install --quiet --isolated --no-index --only-binary=:all: \
+        --find-links "$wheelhouse/wheels" "$requirement"; then
+      echo "error: the wheelhouse $wheelhouse lacks a wheel this install needs (pip's" \
+        "ERROR above names it); rebuild it on a machine with network:" \
+        "qwen3-trn wheelhouse DIR, with the options in its manifest.json (\"command\")" >&2
+      exit 1
+    fi
+    "$py" -m qwen3_trn_helpers.wheelhouse install-assets "$wheelhouse"
+  else
+    torch_version=$("$py" -c "import importlib.metadata as m; print(m.version('torch'))" \
+      2>/dev/null || true)
+    if [ -n "$torch_index" ]; then
+      pin=$("$py" -c "
+import re, tomllib
+cpu = tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['cpu']
+print(next(r for r in cpu if re.match(r'torch\s*==', r)).replace(' ', ''))")
+      if [ -n "$torch_version" ] && [ "${torch_version%+cpu}" = "$torch_version" ]; then
+        echo "error: $VENV already has torch $torch_version (PyPI's, with CUDA libraries);" \
+          "remove it (rm -rf $VENV) and rerun scripts/setup.sh --cpu-torch" >&2
+        exit 1
+      fi
+      if [ -z "$torch_version" ]; then
+        echo "installing: pip install --index-url $torch_index $pin+cpu (PyPI for the rest)"
+        if ! err=$("$py" -m pip install --quiet --no-deps --index-url "$torch_index" \
+            "$pin+cpu" 2>&1); then
+          echo "error: could not install $pin+cpu from $torch_index" \
+            "($(echo "$err" | grep -E '^ERROR' | head -n 1)); check the network to it, or" \
+            "run scripts/setup.sh without --cpu-torch for PyPI's torch" >&2
+          exit 1
+        fi
+      fi
+    elif [ -z "$torch_version" ] && [ -z "$neuron_site" ] && [ "$(uname -s)" = Linux ] \
+        && ! ls /dev/nvidia0 >/dev/null 2>&1; then
+      echo "note: no NVIDIA GPU here; scripts/setup.sh --cpu-torch would install PyTorch's" \
+        "CPU-only torch instead of PyPI's (which brings 3.2 GB of CUDA libraries)"
+    fi
+    echo "installing: pip install ${constraints:+-c $constraints }-e .[$extras]"
+    "$py" -m pip install --quiet ${constraints:+-c "$constraints"} -e ".[$extras]"
+  fi
   echo "$want" > "$stamp"
 fi
 
@@ -95,7 +184,8 @@ fi
 hook=$("$py" -c "from qwen3_trn_helpers import without_triton as w; print(w.write_pth() or '')")
 [ -n "$hook" ] && echo "triton is not installable here: torchtitan's import of it stood in for ($hook)"
 
-"$VENV/bin/qwen3-trn" assets
+# (from a wheelhouse: the assets it brought, verified against their checksums)
+"$VENV/bin/qwen3-trn" assets ${published:+--published}
 [ "$install_only" = 1 ] && exit 0
 
 if [ -n "$neuron_site" ]; then

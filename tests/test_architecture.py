@@ -13,7 +13,7 @@ LAYERS = [
     {"training"},  # what torchtitan builds: spec, trainer, patches, metrics, memory
     {"runs"},  # how a run executes: here, through torchrun, children, its folder
     {"lessons"},
-    {"cli", "config_registry", "smoke", "__init__", "__main__"},
+    {"cli", "config_registry", "smoke", "wheelhouse", "__init__", "__main__"},
 ]
 
 
