@@ -1,13 +1,15 @@
 """Helpers for the qwen3-trn notebooks: train Qwen3 with torchtitan, on trn2 or a CPU.
 
-The package reads as the pipeline: ``device``/``assets``/``corpus`` (where we run, the
-tokenizer, the text), ``model/`` (shapes, presets, the three variants), ``training/``
-(the run spec, the trainer, runs and launches), ``lessons/`` (what the notebooks show),
-and ``cli``/``config_registry`` at the top. Importing it is cheap; torch, torchtitan and
-transformers load when a function needs them.
-
     from qwen3_trn_helpers import run
     result = run("native", steps=10)
+
+Importing it is cheap; torch, torchtitan and transformers load when a function needs
+them. The layers, bottom up: ``device``/``assets``/``corpus`` (where we run, the tokenizer,
+the text), ``model/`` (shapes, presets, the three variants), ``training/`` (what
+torchtitan builds: the run spec and plan, the trainer, patches, metrics, memory),
+``runs/`` (how a run executes: in this process or through torchrun, its folder, child
+processes, weights, the dry run, Slurm and Kubernetes jobs), ``lessons/`` (what the
+notebooks show), and ``cli``/``config_registry`` at the top.
 """
 
 from __future__ import annotations
@@ -19,16 +21,46 @@ from . import without_triton
 without_triton.install()
 
 __version__ = "0.2.0"
-__all__ = ["RunSpec", "run"]
+
+#: the package's face (the notebooks import from here and from ``.lessons`` only): each
+#: name and the module that defines it, imported when first asked for
+EXPORTS = {
+    "blockwise_experts": "model.moe_blockwise",
+    "detect_device_type": "device",
+    "device_report": "device",
+    "dry_run": "runs.dry_run",
+    "ensure_tokenizer": "assets",
+    "FIRST_ADDED_ID": "assets",
+    "make_random_hf_checkpoint": "model.hf_checkpoint",
+    "patches": "training.patches",
+    "plan_run": "training.spec",
+    "PRESETS": "model.presets",
+    "pytorchjob_manifest": "runs.schedulers",
+    "QWEN3_ADDED_TOKENS": "assets",
+    "RECIPE": "runs.weights",
+    "read_metrics": "training.metrics_file",
+    "registration_facts": "device",
+    "run": "runs.run",
+    "RunSpec": "training.spec",
+    "slurm_script": "runs.schedulers",
+    "TINY": "model.shapes",
+    "Topology": "trn2",
+    "trainer_config": "training.trainer",
+    "variant_table": "model.variants",
+    "VOCAB_SIZE": "model.shapes",
+}
+__all__ = sorted(EXPORTS)
 
 
 def __getattr__(name: str):
-    if name == "run":
-        from .runs.run import run
+    if name in EXPORTS:
+        from importlib import import_module
 
-        return run
-    if name == "RunSpec":
-        from .training.spec import RunSpec
-
-        return RunSpec
+        module = import_module(f".{EXPORTS[name]}", __name__)
+        # a name the module defines, or the module itself (``patches``)
+        return getattr(module, name, module)
     raise AttributeError(f"module 'qwen3_trn_helpers' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *EXPORTS])

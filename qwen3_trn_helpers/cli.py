@@ -12,9 +12,11 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import MISSING, fields
 from typing import Any
 
+from .assets import hub_offline
 from .errors import Qwen3TrnError, RunFolderError, Terminated, terminate_on_sigterm
 
 EXIT_USAGE = 2
@@ -247,7 +249,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if launched_by_torchrun() and spec.neuron_cores is not None:
         confine_rank_to_its_core(spec)  # before torch (and torch-neuronx) is imported
     device = resolve_device(spec.device)
-    _set_offline(spec, device)
+    args.scope.enter_context(hub_offline(not spec.needs_hub(device)))  # this command only
     if args.verbose:
         from torchtitan.tools.logging import init_logger
 
@@ -289,11 +291,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     from .device import resolve_device
-    from .lessons.reproduce import reproduce
+    from .lessons.reproduction import reproduce
     from .lessons.tables import Table
 
     spec = spec_from_args(args).validate()
-    _set_offline(spec.replace(init="pretrained"), resolve_device(spec.device))
+    device = resolve_device(spec.device)
+    args.scope.enter_context(hub_offline(not spec.replace(init="pretrained").needs_hub(device)))
     if args.stack == "torchtitan-neuron":
         from .lessons.aws_stack import reproduce_on_fork
 
@@ -313,8 +316,8 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def _cmd_parity(args: argparse.Namespace) -> int:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from .lessons.parity import parity
+    args.scope.enter_context(hub_offline())
+    from .lessons.logits_parity import parity
 
     report = parity(os.path.abspath(os.path.expanduser(args.init)), seq_len=args.seq_len)
     print(report)
@@ -326,7 +329,7 @@ def _cmd_parity(args: argparse.Namespace) -> int:
 def _cmd_dry_run(args: argparse.Namespace) -> int:
     from .training.metrics_file import strict_json
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args.scope.enter_context(hub_offline())
     from .lessons.tables import Table
     from .runs.dry_run import dry_run
 
@@ -431,7 +434,6 @@ def _cmd_assets(args: argparse.Namespace) -> int:
     corpus = embedded_corpus_path()
     print(f"tokenizer: {tok}")
     print(f"corpus:    {corpus} ({len(read_documents(corpus))} documents)")
-    # downloads first: the hub client reads HF_HUB_OFFLINE once, when it is imported
     for name in args.download or []:
         from .model.presets import get_preset
         from .runs.weights import download_checkpoint
@@ -442,7 +444,7 @@ def _cmd_assets(args: argparse.Namespace) -> int:
             continue
         print(f"downloaded: {download_checkpoint(preset.hub_id)}")
     if args.published:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        args.scope.enter_context(hub_offline())
         from .model.presets import PRESETS
         from .runs.weights import ensure_local_published
 
@@ -488,13 +490,6 @@ COMMANDS = {
 }
 
 
-def _set_offline(spec, device_type: str) -> None:
-    """Offline unless the run needs the hub: a missing local file is then an error at
-    once, not ~50 s of hub retries. Set before transformers or the hub client load."""
-    if not spec.needs_hub(device_type):
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     for stream in (sys.stdout, sys.stderr):
@@ -504,7 +499,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     try:
-        with terminate_on_sigterm():  # SIGTERM ends a run as Ctrl-C does, children too
+        # SIGTERM ends a run as Ctrl-C does, children too; args.scope holds what a command
+        # sets for its own duration only (offline mode for the hub)
+        with terminate_on_sigterm(), ExitStack() as args.scope:
             return COMMANDS[args.command](args)
     except Qwen3TrnError as e:
         if args.debug:

@@ -112,7 +112,7 @@ def test_one_place_builds_a_trainer():
     assert sessions == {
         "qwen3_trn_helpers.runs.here",  # run(), the CLI, every launched rank
         "qwen3_trn_helpers.runs.dry_run",
-        "qwen3_trn_helpers.lessons.parity",
+        "qwen3_trn_helpers.lessons.logits_parity",
         "qwen3_trn_helpers.lessons.init_loss",
     }
 
@@ -124,6 +124,7 @@ PROCESS_STARTERS = {
     "qwen3_trn_helpers.device": "neuron-ls / neuron-top, Neuron's own tools",
     "qwen3_trn_helpers.runs.rendezvous": "scontrol, Slurm's own tool",
     "qwen3_trn_helpers.assets": "pip download of a pinned wheel (below the runs layer)",
+    "qwen3_trn_helpers.wheelhouse": "pip, run by setup.sh before the package is installed",
 }
 
 
@@ -224,3 +225,54 @@ def test_the_variant_name_rule_sees_each_kind_of_decision():
     for source in caught:
         assert variant_name_decisions(ast.parse(source), names), source
     assert not variant_name_decisions(ast.parse("run('native', steps=1)"), names)
+
+
+def test_notebooks_import_the_package_and_its_lessons_only():
+    """d2l's habit: one face for the reader. Cells import ``qwen3_trn_helpers`` (the API)
+    and ``qwen3_trn_helpers.lessons``; every name they ask for resolves there."""
+    import importlib
+    import json
+
+    imported: dict[str, set[str]] = {}
+    for notebook in sorted((PACKAGE.parent / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(notebook.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            for node in ast.walk(ast.parse("".join(cell["source"]))):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("qwen3"):
+                    imported.setdefault(node.module, set()).update(a.name for a in node.names)
+                if isinstance(node, ast.Import):
+                    assert not any(a.name.startswith("qwen3") for a in node.names), notebook
+    assert set(imported) == {"qwen3_trn_helpers", "qwen3_trn_helpers.lessons"}, set(imported)
+    for module, names in imported.items():
+        exported = importlib.import_module(module)
+        for name in names:
+            assert name in exported.EXPORTS and getattr(exported, name) is not None, name
+
+
+def test_every_export_resolves():
+    import importlib
+
+    for module in ("qwen3_trn_helpers", "qwen3_trn_helpers.lessons"):
+        face = importlib.import_module(module)
+        for name in face.EXPORTS:
+            assert getattr(face, name) is not None, f"{module}.{name}"
+
+
+def test_no_export_is_shadowed_by_a_submodule_of_its_name():
+    """``from pkg import x`` must give the same object whatever was imported before: a
+    submodule ``pkg/x.py`` would replace a lazily exported ``x`` once it is imported."""
+    import importlib
+
+    for module in ("qwen3_trn_helpers", "qwen3_trn_helpers.lessons"):
+        face = importlib.import_module(module)
+        folder = PACKAGE if module == "qwen3_trn_helpers" else PACKAGE / "lessons"
+        submodules = {p.stem for p in folder.glob("*.py")} | {
+            p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith("_")
+        }
+        clashes = {
+            name
+            for name, where in face.EXPORTS.items()
+            if name in submodules and not where.endswith(name)
+        }
+        assert not clashes, f"{module}: {clashes} are also submodule names"

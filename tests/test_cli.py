@@ -5,6 +5,7 @@ End to end in a real subprocess for a training run; the error cases call the sam
 """
 
 import json
+import os
 import subprocess
 import sys
 
@@ -74,3 +75,32 @@ def test_doctor_prints_report(capsys):
 def test_debug_after_the_command_shows_the_traceback(tmp_path):
     with pytest.raises(Exception, match="beyond the model's context"):
         main(["train", "--steps", "1", "--seq-len", "1000000", "--out", str(tmp_path), "--debug"])
+
+
+def test_offline_mode_lasts_for_one_command_only(monkeypatch, tmp_path, capsys):
+    """The CLI turns the hub off for the command it runs, not for the whole process (a
+    notebook calling cli.main keeps its own setting), and a user's own choice stands."""
+    import huggingface_hub
+    import huggingface_hub.constants as hub
+
+    from qwen3_trn_helpers import cli
+    from qwen3_trn_helpers.assets import hub_offline
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)
+    with hub_offline():
+        assert os.environ["HF_HUB_OFFLINE"] == "1" and huggingface_hub.is_offline_mode()
+    assert "HF_HUB_OFFLINE" not in os.environ and not huggingface_hub.is_offline_mode()
+
+    seen = {}
+    monkeypatch.setattr(
+        "qwen3_trn_helpers.lessons.logits_parity.parity",
+        lambda *a, **k: seen.update(offline=huggingface_hub.is_offline_mode()) or 1 / 0,
+    )
+    assert cli.main(["parity", "--init", str(tmp_path)]) != 0  # offline while it ran
+    assert seen == {"offline": True}
+    assert "HF_HUB_OFFLINE" not in os.environ and not huggingface_hub.is_offline_mode()
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the user's own choice: left alone
+    with hub_offline():
+        assert os.environ["HF_HUB_OFFLINE"] == "0" and not huggingface_hub.is_offline_mode()

@@ -304,7 +304,7 @@ def test_an_ascii_terminal_still_gets_a_clean_run(tmp_path):
 
 
 def test_reproduce_labels_follow_steps(tmp_path):
-    from qwen3_trn_helpers.lessons.reproduce import Reproduction
+    from qwen3_trn_helpers.lessons.reproduction import Reproduction
     from qwen3_trn_helpers.runs.folder import RunResult
 
     runs = {

@@ -4,7 +4,7 @@ path, forced on a CPU, returns what the in-process call returns."""
 import pytest
 
 from qwen3_trn_helpers.lessons.init_loss import measure_init
-from qwen3_trn_helpers.lessons.parity import parity
+from qwen3_trn_helpers.lessons.logits_parity import parity
 from qwen3_trn_helpers.model.shapes import TINY
 from qwen3_trn_helpers.runs.child import isolated, kernel_holds_no_neuroncore
 from qwen3_trn_helpers.training import patches

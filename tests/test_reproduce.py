@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from qwen3_trn_helpers import run
-from qwen3_trn_helpers.lessons.parity import parity
-from qwen3_trn_helpers.lessons.reproduce import AWS_STEP1
+from qwen3_trn_helpers.lessons.logits_parity import parity
+from qwen3_trn_helpers.lessons.reproduction import AWS_STEP1
 from qwen3_trn_helpers.model.shapes import VOCAB_SIZE
 from qwen3_trn_helpers.runs.weights import RECIPE
 

@@ -12,7 +12,7 @@ import types
 import pytest
 
 from qwen3_trn_helpers.errors import ConfigError
-from qwen3_trn_helpers.lessons.reproduce import reproduction_specs
+from qwen3_trn_helpers.lessons.reproduction import reproduction_specs
 from qwen3_trn_helpers.lessons.scaling import (
     trn2_launch_command,
     trn2_plan,

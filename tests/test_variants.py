@@ -10,7 +10,7 @@ import torch
 
 from qwen3_trn_helpers import run
 from qwen3_trn_helpers.errors import AssetError, ConfigError
-from qwen3_trn_helpers.lessons.parity import (
+from qwen3_trn_helpers.lessons.logits_parity import (
     fixed_batch,
     parity,
     torchtitan_logits,

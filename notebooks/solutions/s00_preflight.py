@@ -2,8 +2,7 @@
 
 from tokenizers import Tokenizer
 
-from qwen3_trn_helpers.assets import ensure_tokenizer
-from qwen3_trn_helpers.model.presets import PRESETS
+from qwen3_trn_helpers import PRESETS, ensure_tokenizer
 
 CHAT = "<|im_start|>user\nHow fast is Trainium2?<|im_end|>"
 

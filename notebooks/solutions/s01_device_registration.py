@@ -2,7 +2,7 @@
 
 import torch
 
-from qwen3_trn_helpers.lessons.registration import toy_backend_demo
+from qwen3_trn_helpers.lessons import toy_backend_demo
 
 
 def exercise_1() -> dict:

@@ -2,14 +2,8 @@
 
 from pathlib import Path
 
-from qwen3_trn_helpers import run
-from qwen3_trn_helpers.lessons.moe_blocks import padding_fraction
-from qwen3_trn_helpers.lessons.parity import parity
-from qwen3_trn_helpers.lessons.torchtitan_view import lr_schedule
-from qwen3_trn_helpers.model.presets import PRESETS
-from qwen3_trn_helpers.training import patches
-from qwen3_trn_helpers.training.spec import RunSpec, plan_run
-from qwen3_trn_helpers.training.trainer import trainer_config
+from qwen3_trn_helpers import PRESETS, RunSpec, patches, plan_run, run, trainer_config
+from qwen3_trn_helpers.lessons import lr_schedule, padding_fraction, parity
 
 
 def exercise_1(checkpoint: Path):

@@ -3,8 +3,7 @@
 import math
 from pathlib import Path
 
-from qwen3_trn_helpers import run
-from qwen3_trn_helpers.training.metrics_file import read_metrics
+from qwen3_trn_helpers import read_metrics, run
 
 
 def exercise_1(metrics_path: Path) -> tuple[float, float]:

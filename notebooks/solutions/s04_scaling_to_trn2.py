@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from qwen3_trn_helpers.lessons.scaling import torchtitan_command, trn2_plan
+from qwen3_trn_helpers.lessons import torchtitan_command, trn2_plan
 
 
 def exercise_1() -> dict[int, dict[str, float]]:

@@ -179,7 +179,7 @@ def reproduce_on_fork(spec, *, python: str | None = None) -> dict:
     from ..runs.neuron_cores import neuron_rank_environment
     from ..runs.weights import resolve_init
     from ..training.spec import plan_run
-    from .reproduce import AWS_STEP1, INITS, reproduction_specs
+    from .reproduction import AWS_STEP1, INITS, reproduction_specs
 
     python = python or neuron_python()
     if python is None:

@@ -49,7 +49,7 @@ def measure_init(
     from ..model.variants import get_variant
     from ..training.spec import RunSpec, plan_run
     from ..training.trainer import trainer_session
-    from .parity import fixed_batch
+    from .logits_parity import fixed_batch
 
     spec = RunSpec(variant=variant, steps=1, seq_len=seq_len, mixed_precision="float32",
                    device="cpu", attention="causal")  # fmt: skip

@@ -49,7 +49,7 @@ _LNC = f"NEURON_LOGICAL_NC_CONFIG={DEFAULT_LNC} "
 
 def trn2_launch_spec(variant: str = "native", init: str = "pretrained", steps: int = 10):
     """The spec of one of AWS's two runs, as ``reproduce`` builds it for trn2."""
-    from .reproduce import reproduction_specs
+    from .reproduction import reproduction_specs
 
     base = RunSpec(variant=variant, steps=steps, out=f"runs/trn2-{variant}")
     return reproduction_specs(base, "neuron")[init]

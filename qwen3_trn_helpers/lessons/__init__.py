@@ -1,0 +1,60 @@
+"""What the notebooks show: each lesson's helpers, under one name.
+
+The notebooks import from ``qwen3_trn_helpers`` (the package's API) and from here (the
+lessons), nothing deeper, so a reader meets two modules, not twenty. Each name is
+imported from its lesson module when first asked for; importing this is cheap.
+"""
+
+from __future__ import annotations
+
+#: each name and the lesson module that defines it
+EXPORTS = {
+    "AWS_STEP1": "reproduction",
+    "check_environment": "preflight",
+    "checks_table": "preflight",
+    "device_round_trip": "registration",
+    "kernel_holds_no_neuroncore": "..runs.child",
+    "loss_figure": "plots",
+    "lr_schedule": "torchtitan_view",
+    "matched_corpora": "scaling",
+    "measure_init": "init_loss",
+    "memory_figure": "scaling",
+    "mesh_figure": "scaling",
+    "missing": "preflight",
+    "model_summary": "torchtitan_view",
+    "NotebookFigure": "plots",
+    "packing_figure": "moe_blocks",
+    "padding_fraction": "moe_blocks",
+    "padding_rows": "moe_blocks",
+    "params_and_flops_per_token": "scaling",
+    "parity": "logits_parity",
+    "predicted_loss": "init_loss",
+    "predicted_sigma": "init_loss",
+    "reproduce": "reproduction",
+    "reproduction_specs": "reproduction",
+    "section_rows": "torchtitan_view",
+    "Table": "tables",
+    "tokens_per_s_for_mfu": "scaling",
+    "torchtitan_command": "scaling",
+    "torchtitan_entry_point": "torchtitan_view",
+    "toy_backend_demo": "registration",
+    "TrainingPanel": "panel",
+    "trn2_launch_command": "scaling",
+    "trn2_plan": "scaling",
+    "trn2_torchrun_command": "scaling",
+}
+__all__ = sorted(EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in EXPORTS:
+        from importlib import import_module
+
+        where = EXPORTS[name]
+        module = import_module(where if where.startswith(".") else f".{where}", __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module 'qwen3_trn_helpers.lessons' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *EXPORTS])
