@@ -371,7 +371,7 @@ def collect_assets(dest: Path, python_version: str, published: bool) -> dict:
         folders.append(embedded_corpus_path().parent)
     if published:
         from .model.presets import PRESETS
-        from .training.published import ensure_local_published
+        from .runs.weights import ensure_local_published
 
         folders += [ensure_local_published(PRESETS[n]) for n in ("tiny", "tiny_moe")]
     if dest.exists():

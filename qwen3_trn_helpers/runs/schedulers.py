@@ -1,7 +1,7 @@
 """Job files for the schedulers a team already runs: a Slurm batch script, a PyTorchJob.
 
 Neither is a launcher of ours. Each starts, on every node, the same ``qwen3-trn train``
-command, which runs torchrun with its c10d rendezvous (training/launch.py): Slurm
+command, which runs torchrun with its c10d rendezvous (runs/torchrun.py): Slurm
 through ``srun`` (one task per node), Kubernetes through the Kubeflow training
 operator's PyTorchJob (one pod per node). The files are printed for the user to read,
 edit and submit (``qwen3-trn slurm ... > job.sbatch; sbatch job.sbatch``).

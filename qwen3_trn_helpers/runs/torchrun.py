@@ -122,7 +122,7 @@ def run_with_torchrun(
         check_endpoint_reachable_by_all(spec.rdzv_endpoint)
     out = new_out_dir(spec.out)
     # One node: this process writes the folder and holds it for the run's life. Several
-    # nodes may share one folder: the job's rank 0 holds it (training/train.py).
+    # nodes may share one folder: the job's rank 0 holds it (runs/here.py).
     with nullcontext() if multinode else own_run_folder(out):
         return _launch_in(out, spec, device_type, timeout, progress, verbose, label, on_step)
 

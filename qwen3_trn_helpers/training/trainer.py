@@ -257,7 +257,7 @@ def trainer_config(
 ):
     """The ``Trainer.Config`` for a plan, shaped like torchtitan's registry entries.
 
-    ``comm_mode="fake_backend"`` is torchtitan's dry-run mode (training/dryrun.py);
+    ``comm_mode="fake_backend"`` is torchtitan's dry-run mode (runs/dry_run.py);
     ``metrics_file=""`` writes no metrics.jsonl. ``skip_dataloader_state`` resumes
     without the checkpoint's data position: torchtitan 0.3.0 reshards model and
     optimizer state to another world size but not the dataloader's (it asserts the
@@ -276,7 +276,7 @@ def trainer_config(
     if plan.pretrained_pending:
         raise ConfigError(
             "init='pretrained' must be resolved to a checkpoint folder before training: "
-            "qwen3_trn_helpers.training.published.resolve_init(spec)"
+            "qwen3_trn_helpers.runs.weights.resolve_init(spec)"
         )
     spec, variant = plan.spec, plan.variant
     dataset, dataset_path = dataset_args(plan.corpus)

@@ -1,0 +1,115 @@
+"""Which NeuronCores a process sees: a class's share of a trn2, and each rank's core.
+
+The Neuron runtime reads ``NEURON_RT_VISIBLE_CORES`` when it starts and reserves the
+cores it names; torch-neuronx fills it from LOCAL_RANK only while it is unset. Every
+child this package starts on trn2 (torchrun's ranks, a lesson's one-process child,
+torchtitan's own entry point) gets its environment from here, so a student given
+``QWEN3_TRN_NEURON_CORES=8-15`` stays inside those eight cores whatever they run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import ConfigError
+from ..training.spec import RunSpec
+from ..trn2 import DEFAULT_LNC
+
+#: a student's share of a trn2 used by a class (e.g. "8-15"), for runs that name none
+CLASS_SLICE_ENV = "QWEN3_TRN_NEURON_CORES"
+
+
+def with_class_slice(spec: RunSpec, environ: dict[str, str] | None = None) -> RunSpec:
+    """``spec`` with ``neuron_cores`` taken from the student's slice, when it names none.
+
+    A class sharing one trn2 gives each student a slice of NeuronCores once, in their
+    environment (``QWEN3_TRN_NEURON_CORES=8-15``); every run the notebooks start (one
+    rank, two ranks) then takes the first ``nproc`` cores of it, and a run that needs
+    more ranks than the slice holds is refused before it starts, naming the slice.
+    """
+    environ = os.environ if environ is None else environ
+    share = environ.get(CLASS_SLICE_ENV)
+    if spec.neuron_cores is not None or not share:
+        return spec
+    from ..trn2 import core_slice
+
+    try:
+        cores = core_slice(share)
+    except ValueError as e:
+        raise ConfigError(f"{CLASS_SLICE_ENV}: {e}") from None
+    if spec.nproc > len(cores):
+        raise ConfigError(
+            f"this run starts {spec.nproc} ranks but your share of the trn2 "
+            f"({CLASS_SLICE_ENV}={share}) holds {len(cores)} NeuronCores: run it with "
+            f"--nproc {len(cores)} or less, or on a trn2 of your own"
+        )
+    return spec.replace(neuron_cores=f"{cores.start}-{cores.start + spec.nproc - 1}").validate()
+
+
+def one_process_share_environment(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for one training process started without torchrun, in a student's share.
+
+    torchtitan's own entry point run as a plain child (notebook 02) has no LOCAL_RANK
+    for torch-neuronx to place it by, and the Neuron runtime would reserve every core
+    it sees; with a share it gets the share's first core, as a one-rank launch does.
+    """
+    share = env.get(CLASS_SLICE_ENV)
+    if not share:
+        return env
+    from ..trn2 import core_slice
+
+    try:
+        first = core_slice(share).start
+    except ValueError as e:
+        raise ConfigError(f"{CLASS_SLICE_ENV}: {e}") from None
+    return {**env, "NEURON_RT_VISIBLE_CORES": str(first)}
+
+
+def confine_rank_to_its_core(spec: RunSpec, environ: dict[str, str] | None = None) -> str:
+    """In a rank torchrun started: ``NEURON_RT_VISIBLE_CORES`` = the slice's first + LOCAL_RANK.
+
+    torchrun gives every rank the same environment, so a per-rank value can only be set
+    inside the rank. The Neuron runtime reads the variable when it starts (the Neuron
+    runtime configuration guide: each process reserves the cores it names), and
+    torch-neuronx fills it with LOCAL_RANK only while it is unset; so this runs first
+    thing in the rank, before torch (which autoloads torch-neuronx) is imported. With
+    ``--neuron-cores 8-15`` rank i gets core 8 + i: the same one-core-per-rank layout
+    torch-neuronx makes by default, moved to the class member's slice. Returns the core.
+    """
+    environ = os.environ if environ is None else environ
+    from ..trn2 import rank_visible_core
+
+    spec.core_slice()  # the slice must hold exactly this node's ranks
+    core = rank_visible_core(spec.neuron_cores, int(environ.get("LOCAL_RANK", "0")))
+    environ["NEURON_RT_VISIBLE_CORES"] = core
+    return core
+
+
+def neuron_rank_environment(env: dict[str, str], neuron_cores: str | None = None) -> dict[str, str]:
+    """What every Neuron rank needs, for training launches and the smoke ladder alike.
+
+    - The logical-core size is set explicitly: NKI kernels default to LNC 1 while the
+      compiler defaults to LNC 2 (a compile error when they differ).
+    - NEURON_RT_VISIBLE_CORES is removed: torch-neuronx gives each rank its own core
+      (NEURON_RT_VISIBLE_CORES = LOCAL_RANK) when the process group starts, but only if
+      the variable is unset; a value such as "0-63" inherited from a shell would give
+      every rank all 64 cores and fail its one-device-per-process check. With
+      ``neuron_cores`` (``--neuron-cores 8-15``) each rank sets its own core from its
+      LOCAL_RANK (:func:`confine_rank_to_its_core`).
+    """
+    env = dict(env)
+    env.setdefault("NEURON_LOGICAL_NC_CONFIG", str(DEFAULT_LNC))
+    visible = env.pop("NEURON_RT_VISIBLE_CORES", None)
+    if visible:
+        where = (
+            f"rank i takes core {neuron_cores.partition('-')[0]}+i of --neuron-cores {neuron_cores}"
+            if neuron_cores
+            else "torch-neuronx gives rank i core i itself (--neuron-cores FIRST-LAST "
+            "confines a run to a slice)"
+        )
+        print(
+            f"note: NEURON_RT_VISIBLE_CORES={visible} is not passed to the ranks; {where}",
+            file=sys.stderr,
+        )
+    return env
