@@ -9,6 +9,7 @@ from torchtitan.config import ConfigManager
 
 from qwen3_trn_helpers import config_registry
 from qwen3_trn_helpers.model.attention import DocumentMaskedSDPA
+from qwen3_trn_helpers.model.variants import VARIANTS
 from qwen3_trn_helpers.training.trainer import Qwen3TrnHFTrainer, Qwen3TrnTrainer
 
 CONFIGS = [name for name in dir(config_registry) if name.startswith("qwen3_trn_")]
@@ -18,15 +19,15 @@ def parse(*args):
     return ConfigManager().parse_args(["--module", "qwen3_trn_helpers", *args])
 
 
-def test_registry_has_the_small_and_the_trn2_configurations():
-    assert set(CONFIGS) == {
-        "qwen3_trn_tiny_native",
-        "qwen3_trn_tiny_transformers_v5",
-        "qwen3_trn_tiny_nki_moe",
-        "qwen3_trn_4b_native",
-        "qwen3_trn_4b_transformers_v5",
-        "qwen3_trn_30b_a3b_nki_moe",
-    }
+def test_registry_has_the_small_and_the_trn2_configuration_of_every_variant(monkeypatch):
+    """One configuration per (variant, preset) pair that a variant trains: its small
+    preset and its trn2 preset; a new variant without its configurations fails here."""
+    monkeypatch.setattr(config_registry, "build_config", lambda variant, preset: (variant, preset))
+    built = {name: getattr(config_registry, name)() for name in CONFIGS}
+    expected = [(v.name, p) for v in VARIANTS.values() for p in (v.small_preset, v.trn2_preset)]
+    assert sorted(built.values()) == sorted(expected)
+    for name, (variant, _preset) in built.items():
+        assert name.endswith("_" + variant), name  # --config names the variant it trains
 
 
 def test_tyro_overrides_and_the_attention_override():

@@ -4,6 +4,8 @@ import pytest
 
 from qwen3_trn_helpers.errors import ConfigError
 from qwen3_trn_helpers.lessons.panel import TrainingPanel
+from qwen3_trn_helpers.lessons.reproduction import INITS
+from qwen3_trn_helpers.model.variants import VARIANTS
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -45,20 +47,42 @@ def test_difference_panel_needs_two_curves():
 
 
 def test_errors_show_in_the_panel_and_release_the_button(tmp_path):
-    def failing_run(*args, **kwargs):
-        raise ConfigError("steps must be a positive integer, got 0")
+    message = "steps must be a positive integer, got 0"
+    calls = []
+
+    def failing_run(variant, **kwargs):  # what the panel shows while the run is going
+        calls.append((variant, kwargs["steps"], panel.run_button.disabled, panel.status.value))
+        raise ConfigError(message)
 
     panel = TrainingPanel(out_root=tmp_path, run_fn=failing_run)
+    empty_plot = panel.plot.value
+    panel.steps.value = 3
     panel.run_button.click()
-    assert "error: steps must be a positive integer" in panel.status.value
-    assert not panel.run_button.disabled and panel.results == []
+    ((variant, steps, held, running),) = calls
+    assert (variant, steps) == (panel.variant.value, 3)
+    assert held and running.startswith("training run 1: native, random init, 3 steps")
+    assert panel.status.value.endswith(f"error: {message}</span>")  # the whole line, shown
+    assert not panel.run_button.disabled  # released: the user can fix and press again
+    assert panel.results == [] and panel.curves == {} and panel.plot.value == empty_plot
+    assert (panel.progress.value, panel.progress.max) == (0, 3)
 
 
-def test_panel_displays_as_a_widget():
-    bundle = TrainingPanel()._repr_mimebundle_()
-    assert "application/vnd.jupyter.widget-view+json" in bundle
+def _shown(widget):
+    """Every widget in the displayed tree under ``widget``."""
+    children = getattr(widget, "children", ())
+    return [widget, *(w for child in children for w in _shown(child))]
 
 
-@pytest.mark.parametrize("name", ["variant", "init", "steps", "run_button", "progress", "plot"])
-def test_panel_has_its_controls(name):
-    assert getattr(TrainingPanel(), name) is not None
+def test_panel_before_a_run():
+    panel = TrainingPanel()
+    shown = _shown(panel.widget)
+    controls = ("variant", "init", "steps", "run_button", "progress", "status", "plot")
+    for name in controls:
+        assert any(w is getattr(panel, name) for w in shown), f"{name} is not displayed"
+    assert list(panel.variant.options) == list(VARIANTS)  # every registered variant
+    assert set(panel.init.options) == set(INITS)
+    assert panel.status.value == "Press <b>Run</b> to train." and not panel.run_button.disabled
+    assert (panel.progress.value, panel.progress.max) == (0, panel.steps.value)
+    assert bytes(panel.plot.value).startswith(PNG) and panel.results == []
+    bundle = panel._repr_mimebundle_()  # the notebook cell displays the whole tree
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == panel.widget.model_id

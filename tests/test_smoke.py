@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -16,7 +17,9 @@ def test_ladder_on_a_cpu(tmp_path):
     cmd = [sys.executable, "-m", "qwen3_trn_helpers", "smoke", "--json", "--out", str(tmp_path)]
     for rung in rungs:
         cmd += ["--rung", rung]
+    started = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    wall = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
     ladder = json.loads(proc.stdout)
     assert ladder == json.loads((tmp_path / "smoke.json").read_text())
@@ -34,7 +37,16 @@ def test_ladder_on_a_cpu(tmp_path):
     assert "torchtitan 0.3.0 from " in reasons["environment"]  # which torchtitan, where
     assert "torch-neuronx is not loaded" in reasons["registration"]
     assert "2 ranks on cpu (gloo)" in reasons["collectives"]
-    assert all(r["seconds"] >= 0 for r in ladder["rungs"])
+    # each rung that ran a child process records that child's time and leaves its log;
+    # the full-size rung is skipped by the ladder itself, before any child starts
+    seconds = {r["name"]: r["seconds"] for r in ladder["rungs"]}
+    in_a_child = [name for name in rungs if name != "4b_native_64ranks"]
+    for name in in_a_child:
+        assert seconds[name] > 0, name
+        assert (tmp_path / f"{name}.log").read_text().startswith("$ "), name
+    assert seconds["4b_native_64ranks"] == 0 and not (tmp_path / "4b_native_64ranks.log").exists()
+    # the rungs ran one after another inside this call (seconds are rounded to 0.1 s)
+    assert sum(seconds.values()) <= wall + 0.05 * len(rungs)
 
 
 def test_unknown_rung_is_one_error_line(tmp_path):

@@ -1,9 +1,9 @@
 """RunSpec is the one parameter list: the CLI, the Python API and launches come from it."""
 
+import ast
 import dataclasses
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -79,19 +79,20 @@ def test_debug_accepted_after_the_subcommand():
     assert build_parser().parse_args(["train"]).debug is False
 
 
-def test_help_and_argument_errors_do_not_import_torch():
+def test_help_and_argument_errors_import_nothing_outside_the_stdlib():
+    """A typo or --help answers at once: no torch, transformers, numpy (nor anything else
+    outside the standard library) is imported on the way to the error line or the help."""
     code = (
-        "import sys, time; t = time.perf_counter();"
+        "import sys\n"
         "from qwen3_trn_helpers.cli import main\n"
-        "try: main(['train', '--steps', 'x'])\n"
-        "except SystemExit: pass\n"
-        "print(time.perf_counter() - t, 'torch' in sys.modules, 'transformers' in sys.modules)"
+        "for argv in (['train', '--steps', 'x'], ['train', '--help']):\n"
+        "    try: main(argv)\n"
+        "    except SystemExit: pass\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names)))"
     )
-    started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    wall = time.perf_counter() - started
-    seconds, torch_loaded, transformers_loaded = proc.stdout.split()
-    assert torch_loaded == "False" and transformers_loaded == "False"
-    assert float(seconds) < 0.5, seconds  # the package import and the parse, in-process
+    *help_lines, loaded = proc.stdout.splitlines()
+    # (names with a leading underscore: the interpreter's and the editable install's hooks)
+    assert [m for m in ast.literal_eval(loaded) if not m.startswith("_")] == ["qwen3_trn_helpers"]
     assert "expected a positive integer, got 'x'" in proc.stderr
-    assert wall < 10  # the whole interpreter start, on a slow CI machine
+    assert any("--steps" in line for line in help_lines)
