@@ -5,6 +5,8 @@
 #
 #   scripts/test.sh            # everything (about 10 minutes on 2 cores, fresh cache)
 #   scripts/test.sh --fast     # the inner loop: tests not marked slow, no notebooks
+#   scripts/test.sh --install  # the workshop wheelhouse: built from the package index,
+#                              #   installed offline into a new venv (CI runs it after)
 #   scripts/test.sh -k parity  # any further pytest arguments are passed on
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,5 +17,9 @@ if [ "${1:-}" = "--fast" ]; then
   shift
   exec "$py" -m pytest tests -m "not slow" -n auto --dist loadfile --durations=10 "$@"
 fi
-exec "$py" -m pytest tests notebooks --nbval-lax --nbval-current-env \
+if [ "${1:-}" = "--install" ]; then
+  shift
+  exec "$py" -m pytest tests -m install -n auto --dist loadfile --durations=5 "$@"
+fi
+exec "$py" -m pytest tests notebooks --nbval-lax --nbval-current-env -m "not install" \
   -n auto --dist loadfile --durations=15 "$@"

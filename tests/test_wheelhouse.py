@@ -108,6 +108,7 @@ def _setup(house: Path, venv: Path, cache: Path, *args: str) -> subprocess.Compl
 
 
 @pytest.mark.slow
+@pytest.mark.install
 def test_offline_install_from_the_wheelhouse_trains(wheelhouse, tmp_path):
     manifest = json.loads((wheelhouse / "manifest.json").read_text())
     names = {w.split("-")[0].lower() for w in manifest["wheels"]}
@@ -152,6 +153,7 @@ def _copy(house: Path, tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.install
 @pytest.mark.parametrize("damage", ["missing wheel", "changed wheel", "missing asset"])
 def test_a_damaged_wheelhouse_is_refused_before_pip(wheelhouse, tmp_path, damage):
     house = _copy(wheelhouse, tmp_path)
