@@ -134,9 +134,10 @@ def test_every_trn2_launch_takes_the_share(monkeypatch, tmp_path):
     """launch() (every run on trn2, even a notebook's one-rank one) applies the share."""
     seen = []
     monkeypatch.setenv(neuron_cores.CLASS_SLICE_ENV, "16-23")
-    monkeypatch.setattr(launch, "_launch_in", lambda out, spec, *rest: seen.append(spec))
-    launch.run_with_torchrun(RunSpec(nproc=2, out=str(tmp_path / "run")), "neuron")
-    launch.run_with_torchrun(RunSpec(nproc=2, out=str(tmp_path / "cpu")), "cpu")
+    monkeypatch.setattr(launch, "_launch_in", lambda out, plan, spec, *rest: seen.append(spec))
+    for device in ("neuron", "cpu"):
+        spec = RunSpec(nproc=2, out=str(tmp_path / device))
+        launch.run_with_torchrun(plan_run(spec, device_type=device))
     assert [s.neuron_cores for s in seen] == ["16-17", None]
 
 

@@ -1,4 +1,4 @@
-"""``run_here(spec)``: one run in this process, from its folder to its last metrics line.
+"""``run_here(plan)``: one run in this process, from its folder to its last metrics line.
 
 What ``run()`` does for one CPU/GPU rank, and what every rank torchrun starts does. It
 plans the run, settles the run folder (runs/folder.py), writes ``run.json``, trains in
@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import ConfigError, Terminated
 from ..training.metrics_file import read_metrics
 from ..training.ranks import launched_by_torchrun, rank, world_size
-from ..training.spec import Plan, RunSpec, plan_run
+from ..training.spec import Plan
 from .folder import (
     RunResult,
     check_resume,
@@ -48,21 +48,21 @@ def check_hub_reachable(plan: Plan) -> None:
 
 
 def run_here(
-    spec: RunSpec,
+    plan: Plan,
     *,
     progress: bool = True,
     verbose: bool = False,
     label: str | None = None,
     on_step: Callable[[dict[str, Any]], None] | None = None,
 ) -> RunResult:
-    """Train one planned run in this process and return its per-step metrics.
+    """Train a planned run (``plan_run``) in this process; its per-step metrics.
 
     Writes ``out/metrics.jsonl`` (a line per completed step, flushed at once) and
     ``out/run.json`` (the resolved settings and how the run ended). Raises a
     :class:`~qwen3_trn_helpers.errors.Qwen3TrnError` for anything the user can fix,
     before the run folder is touched; Ctrl-C stops after writing what finished.
     """
-    plan = plan_run(spec)  # every input is checked before anything is written
+    spec = plan.spec
     check_hub_reachable(plan)
 
     rank0 = rank() == 0

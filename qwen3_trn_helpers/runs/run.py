@@ -18,7 +18,7 @@ from dataclasses import fields
 from typing import Any
 
 from ..errors import ConfigError
-from ..training.spec import RunSpec
+from ..training.spec import Plan, RunSpec
 from .folder import RunResult
 
 
@@ -62,19 +62,20 @@ def run(
     else:
         spec = make_spec(variant, **params)
     from ..device import resolve_device
+    from ..training.spec import plan_run
     from .weights import resolve_init
 
-    device = resolve_device(spec.device)
-    spec = resolve_init(spec, device, progress)
-    check_memory(spec, device)
+    spec = resolve_init(spec, resolve_device(spec.device), progress)
+    plan = plan_run(spec)  # every input checked, once, before anything starts or is written
+    check_memory(plan)
     options = dict(progress=progress, verbose=verbose, label=label, on_step=on_step)
-    if not launches(spec, device):
+    if not launches(spec, plan.device_type):
         from .here import run_here
 
-        return run_here(spec, **options)
+        return run_here(plan, **options)
     from .torchrun import run_with_torchrun
 
-    return run_with_torchrun(spec, device, **options)
+    return run_with_torchrun(plan, **options)
 
 
 def available_memory_gib() -> float | None:
@@ -89,22 +90,19 @@ def available_memory_gib() -> float | None:
     return None
 
 
-def check_memory(spec: RunSpec, device_type: str) -> None:
+def check_memory(plan: Plan) -> None:
     """Refuse, with the numbers, a CPU run whose estimate exceeds the free memory.
 
     Without this a full-size preset on a laptop dies minutes later in an allocation
     error, or takes the machine into swap. (On trn2 planning checks each core's HBM.)
     """
-    if device_type != "cpu" or spec.skip_memory_check:
+    if plan.device_type != "cpu" or plan.spec.skip_memory_check:
         return
-    from ..training.spec import plan_run
-
     free = available_memory_gib()
     if free is None:
         return
-    plan = plan_run(spec, device_type="cpu")
     per_rank = plan.memory().total_gib
-    ranks_here = spec.nproc
+    ranks_here = plan.spec.nproc
     if per_rank * ranks_here > free:
         raise ConfigError(
             f"preset {plan.preset.name!r} needs about {per_rank * ranks_here:.1f} GiB on this "

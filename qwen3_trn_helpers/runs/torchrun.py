@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import ConfigError, TrainingError
 from ..training.metrics_file import keep_steps_before, read_metrics
-from ..training.spec import RunSpec, plan_run
+from ..training.spec import Plan, RunSpec
 from .child import run_child
 from .folder import (
     RunResult,
@@ -99,8 +99,7 @@ def rank_environment(spec: RunSpec, device_type: str) -> dict[str, str]:
 
 
 def run_with_torchrun(
-    spec: RunSpec,
-    device_type: str,
+    plan: Plan,
     *,
     timeout: float | None = None,
     progress: bool = False,
@@ -108,12 +107,14 @@ def run_with_torchrun(
     label: str | None = None,
     on_step: Callable[[dict[str, Any]], None] | None = None,
 ):
-    """Train ``spec`` on ``spec.nproc`` ranks in child processes; rank 0's RunResult.
+    """Train a planned run on ``nproc`` ranks per node in child processes; rank 0's
+    RunResult. (Each rank plans it again, in its own process, from the same spec.)
 
     Each completed step reaches the progress bar and ``on_step`` as rank 0 writes it to
     metrics.jsonl, so the bar or the training panel updates live. Without ``out`` the
     run gets a new folder under ``runs/``.
     """
+    spec, device_type = plan.spec, plan.device_type
     if device_type == "neuron":
         spec = with_class_slice(spec)
     multinode = spec.nnodes > 1
@@ -124,13 +125,13 @@ def run_with_torchrun(
     # One node: this process writes the folder and holds it for the run's life. Several
     # nodes may share one folder: the job's rank 0 holds it (runs/here.py).
     with nullcontext() if multinode else own_run_folder(out):
-        return _launch_in(out, spec, device_type, timeout, progress, verbose, label, on_step)
+        return _launch_in(out, plan, spec, timeout, progress, verbose, label, on_step)
 
 
 def _launch_in(
     out: Path,
+    plan: Plan,
     spec: RunSpec,
-    device_type: str,
     timeout: float | None,
     progress: bool,
     verbose: bool,
@@ -143,7 +144,7 @@ def _launch_in(
         out, resumed_from = prepare_resume_dir(out)
         if not multinode:  # (several nodes: rank 0 does both, once, not every node)
             # refused before any file changes, rather than in rank 0 after the next line
-            check_resume(out, resumed_from, plan_run(spec), share=None)  # (ranks hash)
+            check_resume(out, resumed_from, plan, share=None)  # (the ranks hash)
             # rank 0 drops the steps it trains again only when it logs its first one;
             # drop them now, so that this loop never reports the later steps
             keep_steps_before(out / "metrics.jsonl", resumed_from + 1)
@@ -179,7 +180,7 @@ def _launch_in(
 
     try:
         result = run_child(
-            cmd, log=log_path, env=rank_environment(spec, device_type), timeout=timeout,
+            cmd, log=log_path, env=rank_environment(spec, plan.device_type), timeout=timeout,
             while_running=report_steps,
         )  # fmt: skip
     finally:

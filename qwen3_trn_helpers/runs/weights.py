@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..errors import AssetError
 from ..model.presets import Preset, get_preset
-from ..training.spec import RunSpec
+from ..training.spec import RunSpec, plan_run
 
 #: How the local "published" checkpoints are pretrained. Changing it makes new ones.
 RECIPE = {
@@ -83,20 +83,22 @@ def _pretrain_into(preset: Preset, folder: Path, progress: bool) -> None:
     variant = torchtitan_variant(preset.shape).name
     work = folder / "pretrain"
     result = run_here(
-        RunSpec(
-            variant=variant,
-            preset=preset.name,
-            init="random",
-            corpus=RECIPE["corpus"],
-            steps=RECIPE["steps"],
-            local_batch_size=RECIPE["local_batch_size"],
-            seq_len=RECIPE["seq_len"],
-            lr=RECIPE["lr"],
-            warmup_steps=RECIPE["warmup_steps"],
-            seed=RECIPE["seed"],
-            device="cpu",
-            export_hf=True,
-            out=str(work),
+        plan_run(
+            RunSpec(
+                variant=variant,
+                preset=preset.name,
+                init="random",
+                corpus=RECIPE["corpus"],
+                steps=RECIPE["steps"],
+                local_batch_size=RECIPE["local_batch_size"],
+                seq_len=RECIPE["seq_len"],
+                lr=RECIPE["lr"],
+                warmup_steps=RECIPE["warmup_steps"],
+                seed=RECIPE["seed"],
+                device="cpu",
+                export_hf=True,
+                out=str(work),
+            )
         ),
         label=f"pretraining the local '{preset.name}' checkpoint",
         progress=progress,
