@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import AssetError, ConfigError
-from .shapes import Qwen3Shape
+from .shapes import Qwen3Shape, native_model_config
 
 
 def cached_hf_config(shape: Qwen3Shape) -> Path:
@@ -52,43 +52,20 @@ def make_random_hf_checkpoint(shape: Qwen3Shape, folder: str | Path, seed: int =
 
 
 def expected_shapes(shape: Qwen3Shape) -> dict[str, tuple[int, ...]]:
-    """HF parameter name -> shape, for every tensor a Qwen3 checkpoint of ``shape`` holds."""
-    s = shape
-    q, kv = s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim
-    out: dict[str, tuple[int, ...]] = {
-        "model.embed_tokens.weight": (s.vocab_size, s.dim),
-        "model.norm.weight": (s.dim,),
-    }
-    if not s.tie_embeddings:
-        out["lm_head.weight"] = (s.vocab_size, s.dim)
-    for i in range(s.n_layers):
-        p = f"model.layers.{i}."
-        out |= {
-            p + "input_layernorm.weight": (s.dim,),
-            p + "post_attention_layernorm.weight": (s.dim,),
-            p + "self_attn.q_proj.weight": (q, s.dim),
-            p + "self_attn.k_proj.weight": (kv, s.dim),
-            p + "self_attn.v_proj.weight": (kv, s.dim),
-            p + "self_attn.o_proj.weight": (s.dim, q),
-            p + "self_attn.q_norm.weight": (s.head_dim,),
-            p + "self_attn.k_norm.weight": (s.head_dim,),
-        }
-        if not s.is_moe:
-            out |= {
-                p + "mlp.gate_proj.weight": (s.hidden_dim, s.dim),
-                p + "mlp.up_proj.weight": (s.hidden_dim, s.dim),
-                p + "mlp.down_proj.weight": (s.dim, s.hidden_dim),
-            }
-            continue
-        out[p + "mlp.gate.weight"] = (s.n_experts, s.dim)
-        for e in range(s.n_experts):  # the published per-expert layout
-            x = f"{p}mlp.experts.{e}."
-            out |= {
-                x + "gate_proj.weight": (s.moe_hidden_dim, s.dim),
-                x + "up_proj.weight": (s.moe_hidden_dim, s.dim),
-                x + "down_proj.weight": (s.dim, s.moe_hidden_dim),
-            }
-    return out
+    """HF parameter name -> shape, for every tensor a Qwen3 checkpoint of ``shape`` holds.
+
+    Asked of torchtitan itself: its Qwen3 built on the meta device (no memory), its
+    state dict through its own Hugging Face adapter, the one that loads the weights.
+    That gives the published per-expert MoE layout and leaves out a tied lm_head.
+    """
+    import torch
+    from torchtitan.models.qwen3 import Qwen3StateDictAdapter
+
+    config = native_model_config(shape)
+    with torch.device("meta"):
+        model = config.build()
+    hf = Qwen3StateDictAdapter(config, None).to_hf(model.state_dict())
+    return {name: tuple(t.shape) for name, t in hf.items()}
 
 
 def tensor_shapes(file: Path) -> dict[str, tuple[int, ...]]:

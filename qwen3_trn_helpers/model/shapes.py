@@ -5,12 +5,15 @@ and written through transformers' own config classes (``Qwen3Config`` /
 ``Qwen3MoeConfig``), so legacy and v5 spellings (``rope_theta`` vs ``rope_parameters``,
 ``num_experts`` vs ``num_local_experts``) are transformers' problem, not ours.
 
-Importing this module is cheap (no torch, no transformers): the command line needs the
-shape names before it imports anything heavy.
+:func:`native_model_config` is torchtitan's own Qwen3 config for a shape; built on the
+meta device it counts a shape's parameters and (through torchtitan's HF adapter) names
+the tensors its checkpoint must hold. Importing this module is cheap (no torch, no
+transformers): the command line needs the shape names before it imports anything heavy.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -57,20 +60,9 @@ class Qwen3Shape:
         return not [d for d in self.differences(other) if not d.startswith("max_seq_len")]
 
     def parameter_count(self) -> int:
-        """Parameters of the model, a tied embedding counted once.
-
-        Written out so a reader can see where the parameters are; a test checks it
-        against torchtitan's and transformers' models built on the meta device.
-        """
-        d, hd = self.dim, self.head_dim
-        attention = d * self.n_heads * hd * 2 + d * self.n_kv_heads * hd * 2 + 2 * hd
-        if self.is_moe:
-            mlp = d * self.n_experts + self.n_experts * 3 * d * self.moe_hidden_dim
-        else:
-            mlp = 3 * d * self.hidden_dim
-        per_layer = attention + mlp + 2 * d  # + the two RMSNorms
-        embeddings = self.vocab_size * d * (1 if self.tie_embeddings else 2)
-        return embeddings + self.n_layers * per_layer + d  # + the final norm
+        """Parameters of the model, a tied embedding counted once: torchtitan's own Qwen3
+        of this shape, built on the meta device (no memory; each variant agrees, tested)."""
+        return _parameter_count(self)
 
     @classmethod
     def from_hf_config(cls, path: str | Path) -> Qwen3Shape:
@@ -203,3 +195,68 @@ QWEN3_30B_A3B = Qwen3Shape(
     top_k=8,
     moe_hidden_dim=768,
 )
+
+
+def native_model_config(shape: Qwen3Shape):
+    """torchtitan's own Qwen3 model config for ``shape`` (dense or MoE).
+
+    Built with the helpers torchtitan.models.qwen3 uses for its flavors (FlexAttention,
+    grouped-matmul experts); the trainer config swaps attention and experts through
+    torchtitan's override mechanism, so this stays torchtitan's model.
+    """
+    from torchtitan.models.common import CosSinRoPE, Embedding, Linear
+    from torchtitan.models.common.nn_modules import RMSNorm
+    from torchtitan.models.qwen3.model import Qwen3Model
+
+    from ..torchtitan_internals import qwen3_builders
+
+    b = qwen3_builders()
+    s = shape
+    rope = CosSinRoPE.Config(dim=s.head_dim, max_seq_len=s.max_seq_len, theta=s.rope_theta)
+    common = dict(
+        n_layers=s.n_layers,
+        dim=s.dim,
+        n_heads=s.n_heads,
+        n_kv_heads=s.n_kv_heads,
+        head_dim=s.head_dim,
+        attn_backend="flex",
+        rope=rope,
+    )
+    if s.is_moe:
+        layers = b.moe_layers(
+            **common,
+            moe_hidden_dim=s.moe_hidden_dim,
+            num_experts=s.n_experts,
+            top_k=s.top_k,
+            moe_comm_backend="standard",
+        )
+    else:
+        layers = b.dense_layers(**common, hidden_dim=s.hidden_dim)
+    config = Qwen3Model.Config(
+        vocab_size=s.vocab_size,
+        dim=s.dim,
+        norm=b.norm(s.dim),
+        enable_weight_tying=s.tie_embeddings,
+        tok_embeddings=Embedding.Config(
+            num_embeddings=s.vocab_size,
+            embedding_dim=s.dim,
+            # torchtitan initialises a tied pair through lm_head only
+            param_init=b.embedding_skip_init if s.tie_embeddings else b.embedding_init,
+        ),
+        lm_head=Linear.Config(
+            in_features=s.dim, out_features=s.vocab_size, param_init=b.linear_init
+        ),
+        layers=layers,
+    )
+    for _, norm, _, _ in config.traverse(RMSNorm.Config):
+        norm.eps = s.norm_eps
+    return config
+
+
+@functools.cache
+def _parameter_count(shape: Qwen3Shape) -> int:
+    import torch
+
+    with torch.device("meta"):
+        model = native_model_config(shape).build()
+    return sum(p.numel() for p in model.parameters())  # a tied pair counts once

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .presets import PRESETS, Preset
-from .shapes import Qwen3Shape
+from .shapes import Qwen3Shape, native_model_config
 
 
 @dataclass(frozen=True)
@@ -78,62 +78,6 @@ class Variant:
 
     def meta_model(self, shape: Qwen3Shape):
         return native_model_config(shape).build()
-
-
-def native_model_config(shape: Qwen3Shape):
-    """torchtitan's own Qwen3 model config for ``shape`` (dense or MoE).
-
-    Built with the helpers torchtitan.models.qwen3 uses for its flavors (FlexAttention,
-    grouped-matmul experts); the trainer config swaps attention and experts through
-    torchtitan's override mechanism, so this stays torchtitan's model.
-    """
-    from torchtitan.models.common import CosSinRoPE, Embedding, Linear
-    from torchtitan.models.common.nn_modules import RMSNorm
-    from torchtitan.models.qwen3.model import Qwen3Model
-
-    from ..torchtitan_internals import qwen3_builders
-
-    b = qwen3_builders()
-    s = shape
-    rope = CosSinRoPE.Config(dim=s.head_dim, max_seq_len=s.max_seq_len, theta=s.rope_theta)
-    common = dict(
-        n_layers=s.n_layers,
-        dim=s.dim,
-        n_heads=s.n_heads,
-        n_kv_heads=s.n_kv_heads,
-        head_dim=s.head_dim,
-        attn_backend="flex",
-        rope=rope,
-    )
-    if s.is_moe:
-        layers = b.moe_layers(
-            **common,
-            moe_hidden_dim=s.moe_hidden_dim,
-            num_experts=s.n_experts,
-            top_k=s.top_k,
-            moe_comm_backend="standard",
-        )
-    else:
-        layers = b.dense_layers(**common, hidden_dim=s.hidden_dim)
-    config = Qwen3Model.Config(
-        vocab_size=s.vocab_size,
-        dim=s.dim,
-        norm=b.norm(s.dim),
-        enable_weight_tying=s.tie_embeddings,
-        tok_embeddings=Embedding.Config(
-            num_embeddings=s.vocab_size,
-            embedding_dim=s.dim,
-            # torchtitan initialises a tied pair through lm_head only
-            param_init=b.embedding_skip_init if s.tie_embeddings else b.embedding_init,
-        ),
-        lm_head=Linear.Config(
-            in_features=s.dim, out_features=s.vocab_size, param_init=b.linear_init
-        ),
-        layers=layers,
-    )
-    for _, norm, _, _ in config.traverse(RMSNorm.Config):
-        norm.eps = s.norm_eps
-    return config
 
 
 class TorchtitanQwen3(Variant):
