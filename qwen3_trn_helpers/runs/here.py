@@ -72,10 +72,10 @@ def run_here(
     owner = rank0 and (not launched or spec.nnodes > 1)
     out = new_out_dir(spec.out) if rank0 else Path(spec.out or "runs/_nonzero_rank")
     with own_run_folder(out) if owner else nullcontext():
-        return _train_in(out, plan, rank0, launched, progress, verbose, label, on_step)
+        return _run_in_folder(out, plan, rank0, launched, progress, verbose, label, on_step)
 
 
-def _train_in(
+def _run_in_folder(
     out: Path,
     plan: Plan,
     rank0: bool,
