@@ -3,7 +3,7 @@
 # CI runs exactly this. Independent test files run on all cores (pytest-xdist; a
 # notebook's cells stay together in one worker).
 #
-#   scripts/test.sh            # everything (about 10 minutes on 2 cores, fresh cache)
+#   scripts/test.sh            # everything (about 11 minutes on 2 cores, new venv)
 #   scripts/test.sh --fast     # the inner loop: tests not marked slow, no notebooks
 #   scripts/test.sh --install  # the workshop wheelhouse: built from the package index,
 #                              #   installed offline into a new venv (CI runs it after)
