@@ -15,6 +15,7 @@ notebooks show), and ``cli``/``config_registry`` at the top.
 from __future__ import annotations
 
 from . import without_triton
+from .faces import lazy_face
 
 # before anything of ours imports torchtitan: where triton cannot be installed (macOS,
 # Windows) torchtitan 0.3.0's import of it is stood in for (without_triton.py)
@@ -52,15 +53,4 @@ EXPORTS = {
 __all__ = sorted(EXPORTS)
 
 
-def __getattr__(name: str):
-    if name in EXPORTS:
-        from importlib import import_module
-
-        module = import_module(f".{EXPORTS[name]}", __name__)
-        # a name the module defines, or the module itself (``patches``)
-        return getattr(module, name, module)
-    raise AttributeError(f"module 'qwen3_trn_helpers' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *EXPORTS])
+__getattr__, __dir__ = lazy_face(__name__, EXPORTS)

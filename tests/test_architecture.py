@@ -8,7 +8,16 @@ from qwen3_trn_helpers.model.variants import VARIANTS
 PACKAGE = Path(__file__).resolve().parents[1] / "qwen3_trn_helpers"
 #: lower layers first; a module may import its own layer and the ones before it
 LAYERS = [
-    {"errors", "without_triton", "trn2", "torchtitan_internals", "device", "assets", "corpus"},
+    {
+        "errors",
+        "faces",
+        "without_triton",
+        "trn2",
+        "torchtitan_internals",
+        "device",
+        "assets",
+        "corpus",
+    },
     {"model"},
     {"training"},  # what torchtitan builds: spec, trainer, patches, metrics, memory
     {"runs"},  # how a run executes: here, through torchrun, children, its folder

@@ -7,6 +7,8 @@ imported from its lesson module when first asked for; importing this is cheap.
 
 from __future__ import annotations
 
+from ..faces import lazy_face
+
 #: each name and the lesson module that defines it
 EXPORTS = {
     "AWS_STEP1": "reproduction",
@@ -46,15 +48,4 @@ EXPORTS = {
 __all__ = sorted(EXPORTS)
 
 
-def __getattr__(name: str):
-    if name in EXPORTS:
-        from importlib import import_module
-
-        where = EXPORTS[name]
-        module = import_module(where if where.startswith(".") else f".{where}", __name__)
-        return getattr(module, name)
-    raise AttributeError(f"module 'qwen3_trn_helpers.lessons' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *EXPORTS])
+__getattr__, __dir__ = lazy_face(__name__, EXPORTS)

@@ -9,6 +9,7 @@ wrong shape is a one-line error, not a failure deep inside torchtitan's loader.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import asdict
@@ -51,6 +52,7 @@ def make_random_hf_checkpoint(shape: Qwen3Shape, folder: str | Path, seed: int =
     return folder
 
 
+@functools.cache  # built once per shape and process; callers only read it
 def expected_shapes(shape: Qwen3Shape) -> dict[str, tuple[int, ...]]:
     """HF parameter name -> shape, for every tensor a Qwen3 checkpoint of ``shape`` holds.
 

@@ -48,25 +48,14 @@ RECIPE = {
 SHAPED_BY = ("torch", "torchtitan", "transformers", "safetensors", "tokenizers")
 
 
-def library_versions() -> dict[str, str | None]:
-    from importlib import metadata
-
-    versions: dict[str, str | None] = {}
-    for name in SHAPED_BY:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
-
-
 def published_dir(preset: Preset) -> Path:
     """The cache folder of ``preset``'s local checkpoint: keyed by its shape, the
     recipe and the versions of the libraries that made it."""
     from ..assets import cache_dir
+    from ..training.ranks import local_versions
 
     key = json.dumps(
-        {"shape": asdict(preset.shape), "recipe": RECIPE, "versions": library_versions()},
+        {"shape": asdict(preset.shape), "recipe": RECIPE, "versions": local_versions(SHAPED_BY)},
         sort_keys=True,
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]

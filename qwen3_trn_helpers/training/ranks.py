@@ -58,12 +58,13 @@ def one_rank_environment() -> Iterator[bool]:
 SAME_EVERYWHERE = ("torch", "torchtitan", "torch-neuronx", "transformers", "qwen3-trn")
 
 
-def local_versions() -> dict[str, str | None]:
-    """This process's versions of :data:`SAME_EVERYWHERE` (None: not installed)."""
+def local_versions(names: tuple[str, ...] = SAME_EVERYWHERE) -> dict[str, str | None]:
+    """This process's versions of ``names`` (default :data:`SAME_EVERYWHERE`; None: not
+    installed)."""
     from importlib import metadata
 
     versions: dict[str, str | None] = {}
-    for name in SAME_EVERYWHERE:
+    for name in names:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
