@@ -34,7 +34,7 @@ EXPORTS = {
     "FIRST_ADDED_ID": "assets",
     "make_random_hf_checkpoint": "model.hf_checkpoint",
     "patches": "training.patches",
-    "plan_run": "training.spec",
+    "plan_run": "training.plan",
     "PRESETS": "model.presets",
     "pytorchjob_manifest": "runs.schedulers",
     "QWEN3_ADDED_TOKENS": "assets",

@@ -234,32 +234,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .device import resolve_device
     from .lessons.plots import save_loss_plot
     from .runs.neuron_cores import confine_rank_to_its_core
-    from .runs.run import launches, run
-    from .runs.weights import resolve_init
-    from .training.ranks import launched_by_torchrun, rank, ranks_per_node, world_size
+    from .runs.reporter import Reporter
+    from .runs.run import run
+    from .training.ranks import launched_by_torchrun, rank
 
     spec = spec_from_args(args)
-    if launched_by_torchrun():  # one of the ranks: torchrun says how many there are
-        per_node = ranks_per_node()
-        spec = spec.replace(nproc=per_node, nnodes=world_size() // per_node)
-    spec.validate()
     if launched_by_torchrun() and spec.neuron_cores is not None:
         confine_rank_to_its_core(spec)  # before torch (and torch-neuronx) is imported
-    device = resolve_device(spec.device)
-    args.scope.enter_context(hub_offline(not spec.needs_hub(device)))  # this command only
     if args.verbose:
         from torchtitan.tools.logging import init_logger
 
         init_logger()
-    spec = resolve_init(spec, device, not args.no_progress)  # once, not once per rank
-    if launches(spec, device):
-        from .runs.torchrun import shell_command, torchrun_command
-
-        print(f"launching: {shell_command(torchrun_command(spec))}", flush=True)
-    result = run(spec, progress=not args.no_progress, verbose=args.verbose)
+    reporter = Reporter(progress=not args.no_progress, verbose=args.verbose, echo_launch=True)
+    result = run(spec, reporter=reporter)
     if rank() != 0:
         return 0
     if not result.metrics:  # a node of several without the shared folder rank 0 wrote
@@ -294,10 +283,15 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     from .lessons.reproduction import reproduce
     from .lessons.tables import Table
 
-    spec = spec_from_args(args).validate()
-    device = resolve_device(spec.device)
-    args.scope.enter_context(hub_offline(not spec.replace(init="pretrained").needs_hub(device)))
+    spec = spec_from_args(args)
+    # (each of reproduce's runs turns the hub off itself when it does not need it)
     if args.stack == "torchtitan-neuron":
+        from .training.plan import plan_run
+
+        fork_run = plan_run(
+            spec.replace(init="pretrained"), device_type=resolve_device(spec.device)
+        )
+        args.scope.enter_context(hub_offline(not fork_run.needs_hub))
         from .lessons.aws_stack import reproduce_on_fork
 
         result = reproduce_on_fork(spec)
@@ -345,9 +339,9 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
 def _job_spec(args: argparse.Namespace):
     """The spec a job file runs, planned for the nodes it will run on (checks included)."""
     from .device import resolve_device
-    from .training.spec import plan_run
+    from .training.plan import plan_run
 
-    spec = spec_from_args(args).validate()
+    spec = spec_from_args(args)
     target = resolve_device(spec.device) if spec.device == "auto" else spec.device
     # every input checked as the nodes will see it (preset, layout, memory), here
     plan_run(spec, device_type=target)

@@ -21,8 +21,9 @@ same ``Trainer.Config`` (training/trainer.py): the same patches, and the same
 
 from __future__ import annotations
 
+from .training.plan import plan_run
 from .training.ranks import ranks_per_node, world_size
-from .training.spec import RunSpec, plan_run
+from .training.spec import RunSpec
 
 
 def build_config(variant: str, preset: str, dump_folder: str = "./outputs"):

@@ -156,7 +156,7 @@ def test_one_place_starts_child_processes():
 def test_plans_are_made_by_plan_run_and_never_edited():
     """A Plan comes from plan_run (all its checks run); no one edits one afterwards."""
     for name, tree in modules().items():
-        if not name.endswith("training.spec"):
+        if not name.endswith("training.plan"):
             assert not calls_to(tree, "Plan"), f"{name} builds a Plan itself"
         for call in calls_to(tree, "replace"):
             first = call.args[0] if call.args else None

@@ -137,7 +137,8 @@ def test_spmd_backends_are_torchtitans():
 
 
 def test_spmd_backend_reaches_torchtitans_config():
-    from qwen3_trn_helpers.training.spec import RunSpec, plan_run
+    from qwen3_trn_helpers.training.plan import plan_run
+    from qwen3_trn_helpers.training.spec import RunSpec
     from qwen3_trn_helpers.training.trainer import trainer_config
 
     config = trainer_config(plan_run(RunSpec(spmd_backend="full_dtensor")), "/tmp/unused")

@@ -24,8 +24,9 @@ from qwen3_trn_helpers.runs.schedulers import (
     slurm_script,
 )
 from qwen3_trn_helpers.training.metrics_file import read_metrics
+from qwen3_trn_helpers.training.plan import plan_run
 from qwen3_trn_helpers.training.ranks import free_port, version_mismatch
-from qwen3_trn_helpers.training.spec import RunSpec, plan_run
+from qwen3_trn_helpers.training.spec import RunSpec
 
 STEPS = 3
 

@@ -17,7 +17,8 @@ from qwen3_trn_helpers import cli, trn2
 from qwen3_trn_helpers.errors import ConfigError
 from qwen3_trn_helpers.runs import neuron_cores
 from qwen3_trn_helpers.runs import torchrun as launch
-from qwen3_trn_helpers.training.spec import RunSpec, plan_run
+from qwen3_trn_helpers.training.plan import plan_run
+from qwen3_trn_helpers.training.spec import RunSpec
 
 
 def test_core_slice_syntax():
@@ -42,14 +43,14 @@ def test_each_rank_takes_the_slice_start_plus_its_local_rank():
     with pytest.raises(ValueError, match="no core"):
         trn2.rank_visible_core("8-15", 8)
     env = {"LOCAL_RANK": "3"}
-    assert neuron_cores.confine_rank_to_its_core(RunSpec(nproc=8, neuron_cores="8-15"), env) == "11"
+    assert neuron_cores.confine_rank_to_its_core(RunSpec(neuron_cores="8-15"), env) == "11"
     assert env["NEURON_RT_VISIBLE_CORES"] == "11"
 
 
 def test_slice_must_hold_one_core_per_rank():
-    assert RunSpec(nproc=8, neuron_cores="8-15", out="x").validate().core_slice() == range(8, 16)
+    assert RunSpec(nproc=8, neuron_cores="8-15", out="x").core_slice() == range(8, 16)
     with pytest.raises(ConfigError, match="holds 8 cores but the run starts 4 rank"):
-        RunSpec(nproc=4, neuron_cores="8-15", out="x").validate()
+        plan_run(RunSpec(nproc=4, neuron_cores="8-15", out="x"), device_type="neuron")
     with pytest.raises(ConfigError, match="neuron_cores: '60-67' goes past core 63"):
         RunSpec(nproc=8, neuron_cores="60-67", out="x").validate()
 
@@ -65,10 +66,11 @@ def test_cli_flag_comes_from_the_field_and_a_bad_slice_is_one_error_line(capsys)
 
 def test_every_rank_gets_the_slice_and_no_inherited_cores(monkeypatch, capsys):
     spec = RunSpec(nproc=8, neuron_cores="8-15", out="/tmp/x", device="neuron")
-    cmd = launch.torchrun_command(spec)
+    plan = plan_run(spec, device_type="neuron")
+    cmd = launch.torchrun_command(plan)
     assert cmd[cmd.index("--neuron-cores") + 1] == "8-15"
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0-63")
-    env = launch.rank_environment(spec, "neuron")
+    env = launch.rank_environment(plan, spec.neuron_cores)
     assert "NEURON_RT_VISIBLE_CORES" not in env  # each rank sets its own
     assert "rank i takes core 8+i of --neuron-cores 8-15" in capsys.readouterr().err
 
@@ -82,7 +84,7 @@ def test_a_slice_runs_the_tiny_presets_not_the_64_rank_ones():
     with pytest.raises(ConfigError, match="needs about .* GiB per NeuronCore"):
         plan_run(moe, device_type="neuron")
     with pytest.raises(ConfigError, match="holds 8 cores but the run starts 64"):
-        RunSpec(nproc=64, neuron_cores="8-15", out="x").validate()
+        plan_run(RunSpec(nproc=64, neuron_cores="8-15", out="x"), device_type="neuron")
     with pytest.raises(ConfigError, match="this run trains on 'cpu'"):
         plan_run(RunSpec(neuron_cores="8", out="x"), device_type="cpu")
 
@@ -134,11 +136,11 @@ def test_every_trn2_launch_takes_the_share(monkeypatch, tmp_path):
     """launch() (every run on trn2, even a notebook's one-rank one) applies the share."""
     seen = []
     monkeypatch.setenv(neuron_cores.CLASS_SLICE_ENV, "16-23")
-    monkeypatch.setattr(launch, "_launch_in", lambda out, plan, spec, *rest: seen.append(spec))
+    monkeypatch.setattr(launch, "_launch_in", lambda *args: seen.append(args[-1]))
     for device in ("neuron", "cpu"):
         spec = RunSpec(nproc=2, out=str(tmp_path / device))
         launch.run_with_torchrun(plan_run(spec, device_type=device))
-    assert [s.neuron_cores for s in seen] == ["16-17", None]
+    assert seen == ["16-17", None]
 
 
 def test_torchtitans_own_entry_point_in_notebook_02_takes_the_shares_first_core(

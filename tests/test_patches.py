@@ -195,7 +195,8 @@ def test_tie_embedding_before_fsdp_is_still_needed(variant, tmp_path):
     If the unpatched count becomes 1, torchtitan ties before sharding itself: delete
     tie_embedding_before_fsdp (and its version gate).
     """
-    from qwen3_trn_helpers.training.spec import RunSpec, plan_run
+    from qwen3_trn_helpers.training.plan import plan_run
+    from qwen3_trn_helpers.training.spec import RunSpec
     from qwen3_trn_helpers.training.trainer import trainer_session, variant_parts
 
     assert patches.tie_embedding_before_fsdp in variant_parts(VARIANTS[variant]).patches

@@ -22,7 +22,8 @@ from qwen3_trn_helpers.errors import AssetError, ConfigError
 from qwen3_trn_helpers.model.presets import PRESETS
 from qwen3_trn_helpers.model.shapes import QWEN3_0_6B, QWEN3_4B_2507
 from qwen3_trn_helpers.model.variants import VARIANTS, native_model_config
-from qwen3_trn_helpers.training.spec import RunSpec, plan_run
+from qwen3_trn_helpers.training.plan import plan_run
+from qwen3_trn_helpers.training.spec import RunSpec
 
 
 def _fingerprint(config) -> str:

@@ -10,7 +10,8 @@ import pytest
 
 from qwen3_trn_helpers.cli import build_parser, spec_from_args
 from qwen3_trn_helpers.errors import ConfigError
-from qwen3_trn_helpers.training.spec import RunSpec, plan_run
+from qwen3_trn_helpers.training.plan import plan_run
+from qwen3_trn_helpers.training.spec import RunSpec
 
 
 def test_every_field_is_a_train_flag_with_its_default():
@@ -62,13 +63,38 @@ def test_plan_is_pure(tmp_path):
     assert plan.seq_len == 256 and plan.preset.name == "tiny"
 
 
-def test_pretrained_is_resolved_by_the_caller_not_the_plan(tmp_path):
+def test_pretrained_is_a_typed_init_turned_into_a_folder_where_it_is_used(tmp_path):
     plan = plan_run(RunSpec(init="pretrained", out=str(tmp_path)))
-    assert plan.pretrained_pending and plan.init_dir is None
+    assert plan.init.kind == "published" and plan.init.pending and plan.init_dir is None
+    assert plan.init.hub_id is None  # the tiny preset's weights are made here, not the hub's
+    assert not plan.needs_hub
     from qwen3_trn_helpers.training.trainer import trainer_config
 
-    with pytest.raises(ConfigError, match="must be resolved"):
+    with pytest.raises(ConfigError, match="must be turned into a checkpoint folder"):
         trainer_config(plan, tmp_path)
+    trn2 = plan_run(RunSpec(init="pretrained", nproc=64, out="x"), device_type="neuron")
+    assert trn2.init.hub_id == "Qwen/Qwen3-4B-Instruct-2507" and trn2.needs_hub
+
+
+def test_a_plan_holds_objects_not_names():
+    """Nothing downstream looks a name up again: the plan carries the variant, preset,
+    layout and init as objects."""
+    from qwen3_trn_helpers.model.presets import Layout
+    from qwen3_trn_helpers.model.variants import Variant
+
+    plan = plan_run(RunSpec(variant="transformers_v5", nproc=64, out="x"), device_type="neuron")
+    assert isinstance(plan.variant, Variant) and plan.variant.name == "transformers_v5"
+    assert plan.layout == Layout(tp=4, fsdp=16, dp_replicate=1, ep=1)
+    assert str(plan.layout) == "TP 4 x FSDP 16" and plan.layout.world == plan.world_size
+    wider = plan.with_layout(tp=8)
+    assert (wider.tp, wider.fsdp) == (8, 8) and wider.memory().total_gib < plan.memory().total_gib
+
+
+def test_a_spec_is_checked_when_it_is_made():
+    with pytest.raises(ConfigError, match="unknown variant 'gpt2'"):
+        RunSpec(variant="gpt2")
+    with pytest.raises(ConfigError, match="steps must be a positive integer"):
+        RunSpec().replace(steps=0)
 
 
 def test_debug_accepted_after_the_subcommand():

@@ -22,7 +22,8 @@ from qwen3_trn_helpers.model.moe_blockwise import kernel_rejects, select_backend
 from qwen3_trn_helpers.model.presets import PRESETS
 from qwen3_trn_helpers.model.shapes import QWEN3_4B_2507, QWEN3_30B_A3B
 from qwen3_trn_helpers.model.variants import VARIANTS
-from qwen3_trn_helpers.training.spec import RunSpec, plan_run
+from qwen3_trn_helpers.training.plan import plan_run
+from qwen3_trn_helpers.training.spec import RunSpec
 from qwen3_trn_helpers.trn2 import Topology
 
 
@@ -210,7 +211,7 @@ def test_launch_commands_for_trn2():
     assert "--nproc " not in torchrun  # torchrun would take it for its --nproc-per-node
     from qwen3_trn_helpers.runs.torchrun import rank_environment
 
-    env = rank_environment(RunSpec(nproc=64, out="x"), "neuron")
+    env = rank_environment(plan_run(RunSpec(nproc=64, out="x"), device_type="neuron"))
     assert env["NEURON_LOGICAL_NC_CONFIG"] in ("1", "2")
     # torch-neuronx gives each rank its core (NEURON_RT_VISIBLE_CORES = LOCAL_RANK) when
     # it builds the process group; setting it here would break torchtitan's device index
@@ -223,10 +224,11 @@ def test_ranks_never_inherit_visible_cores(monkeypatch, capsys):
     from qwen3_trn_helpers.runs.torchrun import rank_environment
 
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0-63")
-    env = rank_environment(RunSpec(nproc=64, out="x"), "neuron")
+    env = rank_environment(plan_run(RunSpec(nproc=64, out="x"), device_type="neuron"))
     assert "NEURON_RT_VISIBLE_CORES" not in env
     assert "NEURON_RT_VISIBLE_CORES=0-63 is not passed" in capsys.readouterr().err
-    assert rank_environment(RunSpec(nproc=2, out="x"), "cpu")["NEURON_RT_VISIBLE_CORES"]
+    cpu = plan_run(RunSpec(nproc=2, out="x"), device_type="cpu")
+    assert rank_environment(cpu)["NEURON_RT_VISIBLE_CORES"]
 
 
 class _RuntimeStarted(AssertionError):
@@ -299,8 +301,10 @@ def test_mps_choice_of_torchtitan_is_pointed_at_the_cpu(monkeypatch):
 
 def test_c4_on_trn2_is_a_hub_dataset_and_turns_offline_mode_off():
     spec = RunSpec(nproc=64, out="x")
-    assert spec.needs_hub("neuron") and not spec.needs_hub("cpu")
-    assert RunSpec(init="pretrained").needs_hub("cpu") is False  # the local checkpoint
+    assert plan_run(spec, device_type="neuron").needs_hub
+    assert not plan_run(spec, device_type="cpu").needs_hub
+    local = plan_run(RunSpec(init="pretrained"), device_type="cpu")
+    assert local.needs_hub is False  # the local checkpoint
 
 
 def test_lnc_from_env(monkeypatch):
@@ -320,9 +324,9 @@ def test_one_rank_on_trn2_still_trains_in_a_child(monkeypatch):
     from qwen3_trn_helpers.runs.run import launches
 
     monkeypatch.delenv("RANK", raising=False)  # not one of torchrun's ranks
-    assert launches(RunSpec(), "neuron")
-    assert not launches(RunSpec(), "cpu")
-    assert launches(RunSpec(nproc=2, out="x"), "cpu")
+    assert launches(plan_run(RunSpec(), device_type="neuron"))
+    assert not launches(plan_run(RunSpec(), device_type="cpu"))
+    assert launches(plan_run(RunSpec(nproc=2, out="x"), device_type="cpu"))
 
 
 class _RecordingWrap:

@@ -177,8 +177,8 @@ def reproduce_on_fork(spec, *, python: str | None = None) -> dict:
     from ..corpus import dataset_args
     from ..device import resolve_device
     from ..runs.neuron_cores import neuron_rank_environment
-    from ..runs.weights import resolve_init
-    from ..training.spec import plan_run
+    from ..runs.weights import init_folder
+    from ..training.plan import plan_run
     from .reproduction import AWS_STEP1, INITS, reproduction_specs
 
     python = python or neuron_python()
@@ -197,15 +197,15 @@ def reproduce_on_fork(spec, *, python: str | None = None) -> dict:
         env = neuron_rank_environment(env)
     runs = {}
     for init in INITS:
-        resolved = resolve_init(specs[init], device_type)
-        plan = plan_run(resolved.replace(out=None, overwrite=False))
+        plan = plan_run(specs[init].replace(out=None, overwrite=False))
+        init_dir = init_folder(plan)
         dataset, dataset_path = dataset_args(plan.corpus)
         runs[init] = run_fork(
             python, config, init, out / STACK_DIR / init, env=env,
-            nproc=resolved.nproc, steps=resolved.steps, seq_len=plan.seq_len,
+            nproc=plan.nproc, steps=plan.spec.steps, seq_len=plan.seq_len,
             dataset=dataset, dataset_path=dataset_path,
             tokenizer_dir=str(plan.tokenizer_dir),
-            init_dir=str(plan.init_dir) if plan.init_dir else None,
+            init_dir=str(init_dir) if init_dir else None,
         )  # fmt: skip
     ours = ours_step1(out)
     rows = [

@@ -46,8 +46,8 @@ def measure_init(
         return child.call(measure_init, variant, shape, seq_len, isolate=False)
     import torch
 
-    from ..model.variants import get_variant
-    from ..training.spec import RunSpec, plan_run
+    from ..training.plan import plan_run
+    from ..training.spec import RunSpec
     from ..training.trainer import trainer_session
     from .logits_parity import fixed_batch
 
@@ -62,6 +62,6 @@ def measure_init(
     ):
         model = trainer.model_parts[0].eval()
         with torch.no_grad():
-            logits = get_variant(variant).logits(model, inputs).float()
+            logits = plan.variant.logits(model, inputs).float()
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
     return {"sigma": logits.std().item(), "loss": loss.item()}

@@ -58,8 +58,8 @@ def transformers_logits(init_dir: Path, tokens: torch.Tensor) -> torch.Tensor:
 
 def torchtitan_logits(variant: str, init_dir: Path, tokens: torch.Tensor) -> torch.Tensor:
     """Logits of the model a ``variant`` training run would start from (float32)."""
-    from ..model.variants import get_variant
-    from ..training.spec import RunSpec, plan_run
+    from ..training.plan import plan_run
+    from ..training.spec import RunSpec
     from ..training.trainer import trainer_session
 
     spec = RunSpec(
@@ -77,7 +77,7 @@ def torchtitan_logits(variant: str, init_dir: Path, tokens: torch.Tensor) -> tor
         trainer.checkpointer.load(step=trainer.config.checkpoint.load_step)
         model = trainer.model_parts[0].eval()
         with torch.no_grad():
-            logits = get_variant(variant).logits(model, tokens.to(trainer.device))
+            logits = plan.variant.logits(model, tokens.to(trainer.device))
         return logits.float().cpu()
 
 

@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..model.presets import get_preset
 from ..model.shapes import VOCAB_SIZE
-from ..model.variants import get_variant
 from ..training.metrics_file import strict_json
+from ..training.plan import on_trn2, plan_run
 from ..training.spec import RunSpec
 
 #: Step-1 losses AWS reported (trn2.48xlarge, 10 steps, local batch size 1).
@@ -37,13 +36,11 @@ def reproduction_specs(spec: RunSpec, device_type: str) -> dict[str, RunSpec]:
     says otherwise; the preset is written out so both runs resolve to the same layout,
     sequence length, checkpointing and data.
     """
-    preset_name = spec.preset or get_variant(spec.variant).trn2_preset
-    full = device_type == "neuron" and get_preset(preset_name).full_size
-    nproc = spec.nproc
-    if full and nproc == 1:
-        nproc = get_preset(preset_name).world_size
-    base = spec.replace(nproc=nproc, local_batch_size=1, init="random")
-    base = base.replace(preset=base.resolve_preset(device_type, None).name)
+    base = spec.replace(local_batch_size=1, init="random")
+    if device_type == "neuron":
+        base = on_trn2(base)
+    else:  # the preset this machine runs, written out
+        base = base.replace(preset=plan_run(base, device_type=device_type).preset.name)
     out = Path(spec.out or f"runs/reproduce-{time.strftime('%Y%m%d-%H%M%S')}")
     return {
         init: base.replace(init=init, out=str(out / init), overwrite=spec.overwrite)

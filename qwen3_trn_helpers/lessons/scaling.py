@@ -11,7 +11,8 @@ from ..model.presets import PRESETS
 from ..model.shapes import Qwen3Shape
 from ..model.variants import VARIANTS
 from ..runs.torchrun import shell_command, torchrun_command
-from ..training.spec import Plan, RunSpec, plan_run
+from ..training.plan import Plan, plan_run
+from ..training.spec import RunSpec
 from ..trn2 import DEFAULT_LNC, TRN2, Topology
 
 
@@ -63,8 +64,8 @@ def trn2_launch_command(variant: str = "native", init: str = "pretrained", steps
 
 def trn2_torchrun_command(variant: str = "native", steps: int = 10) -> str:
     """The torchrun line that command starts (for a random-init run, nothing to fetch)."""
-    spec = trn2_launch_spec(variant, "random", steps)
-    return _LNC + shell_command(torchrun_command(spec, python="python"))
+    plan = plan_run(trn2_launch_spec(variant, "random", steps), device_type="neuron")
+    return _LNC + shell_command(torchrun_command(plan, python="python"))
 
 
 def torchtitan_command(config: str, nproc: int = 64, *overrides: str) -> str:

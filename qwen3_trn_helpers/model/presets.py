@@ -12,6 +12,7 @@ need). Cheap to import: plain data.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
@@ -20,16 +21,37 @@ from .shapes import QWEN3_0_6B, QWEN3_4B_2507, QWEN3_30B_A3B, TINY, TINY_MOE, Qw
 
 @dataclass(frozen=True)
 class Layout:
-    """How one run is spread over ranks (torchtitan's parallelism degrees)."""
+    """How one run is spread over ranks: torchtitan's parallelism degrees.
+
+    A preset names what it chooses (``tp``); a plan holds the whole layout over its
+    world (:meth:`over`): FSDP takes the ranks that TP and the replicas leave, as
+    torchtitan's ``data_parallel_shard_degree=-1`` does.
+    """
 
     tp: int = 1  # tensor parallel: each matmul split over this many ranks
+    fsdp: int = 0  # ranks one copy is sharded over (0: not laid over a world yet)
+    dp_replicate: int = 1  # HSDP: whole sharded copies, one per node (1: plain FSDP)
+    ep: int = 1  # expert parallel (MoE): experts split over this many ranks
 
-    def fsdp(self, world: int) -> int:
-        """FSDP takes the ranks TP leaves (torchtitan's data_parallel_shard_degree=-1)."""
-        return max(world // self.tp, 1)
+    def over(self, world: int, dp_replicate: int = 1) -> Layout:
+        """This layout on ``world`` ranks in ``dp_replicate`` replicas."""
+        fsdp = max(world // (self.tp * dp_replicate), 1)
+        return dataclasses.replace(self, fsdp=fsdp, dp_replicate=dp_replicate)
 
-    def describe(self, world: int) -> str:
-        return f"TP {self.tp} x FSDP {self.fsdp(world)}" if self.tp > 1 else f"FSDP {world}"
+    @property
+    def world(self) -> int:
+        return self.tp * max(self.fsdp, 1) * self.dp_replicate
+
+    def describe(self, world: int | None = None) -> str:
+        """``TP 4 x FSDP 16``, ``HSDP 2 x (FSDP 64)``: the words the notebooks use."""
+        laid = self if world is None else self.over(world, self.dp_replicate)
+        fsdp = max(laid.fsdp, 1)
+        inner = f"TP {laid.tp} x FSDP {fsdp}" if laid.tp > 1 else f"FSDP {fsdp}"
+        if laid.ep > 1:
+            inner += f", EP {laid.ep}"
+        return inner if laid.dp_replicate == 1 else f"HSDP {laid.dp_replicate} x ({inner})"
+
+    __str__ = describe
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from unittest.mock import patch
 
 from ..model.presets import PRESETS
 from ..training.memory import GIB
-from ..training.spec import RunSpec, on_trn2, plan_run
+from ..training.plan import on_trn2, plan_run
+from ..training.spec import RunSpec
 from ..trn2 import PLANNING_HEADROOM
 
 #: tokens per sequence of the simulated step (activations are estimated at the preset's)
@@ -213,7 +214,6 @@ def dry_run(
     from ..training.trainer import trainer_session
 
     spec = on_trn2(spec).replace(out=spec.out or "runs/dry-run", steps=1)
-    world = spec.world
     shape = None
     if layers is not None:
         shape = dataclasses.replace(PRESETS[spec.preset].shape, n_layers=layers)
@@ -227,7 +227,7 @@ def dry_run(
         ),
         shape=shape,
     )
-    with patch.dict(os.environ, NGPU=str(world)), tempfile.TemporaryDirectory() as out:
+    with patch.dict(os.environ, NGPU=str(trn2.world_size)), tempfile.TemporaryDirectory() as out:
         started = time.perf_counter()
         with trainer_session(here, out, comm_mode="fake_backend", metrics_file="") as trainer:
             built = time.perf_counter()
@@ -239,12 +239,12 @@ def dry_run(
         variant=spec.variant,
         preset=spec.preset,
         layers=trn2.shape.n_layers,
-        world_size=world,
+        world_size=trn2.world_size,
         tp=trn2.tp,
         fsdp=trn2.fsdp,
         nnodes=spec.nnodes,
         dp_replicate=trn2.dp_replicate,
-        layout=trn2.layout,
+        layout=str(trn2.layout),
         layout_reason=trn2.layout_reason,
         seq_len=trn2.seq_len,
         step_seq_len=step_seq_len,

@@ -16,7 +16,7 @@ import shutil
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,7 +24,8 @@ from typing import Any
 
 from ..errors import ConfigError, RunFolderError
 from ..training.metrics_file import read_metrics, strict_json
-from ..training.spec import Plan, RunSpec
+from ..training.plan import Plan
+from ..training.spec import RunSpec
 
 #: what a run writes into its folder (a new run with --overwrite removes them all)
 RUN_FILES = ("metrics.jsonl", "run.json", "loss.png", "launch.log")
@@ -266,38 +267,24 @@ def resumes_at_other_world(out: Path, step: int, data_ranks: int, *, echo: bool)
     return True
 
 
-def step_reporter(
-    steps: int,
-    desc: str,
-    progress: bool,
-    on_step: Callable[[dict[str, Any]], None] | None,
-    initial: int = 0,
-) -> tuple[Callable[[dict[str, Any]], None], Callable[[], None]]:
-    """(called with each step's record, called at the end): a tqdm bar and ``on_step``."""
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=steps, initial=initial, desc=desc, unit="step")
-
-    def step_done(record: dict[str, Any]) -> None:
-        if bar is not None:
-            bar.set_postfix(loss=f"{record['loss']:.3f}")
-            bar.update(1)
-        if on_step is not None:
-            on_step(record)
-
-    return step_done, (bar.close if bar is not None else lambda: None)
-
-
-def write_manifest(out: Path, status: str, plan: Plan, *, launched: bool, **extra: Any) -> None:
-    """``run.json``: the spec, the resolved plan and how the run stands (rank 0 writes it)."""
+def write_manifest(
+    out: Path,
+    status: str,
+    plan: Plan,
+    *,
+    launched: bool,
+    init_dir: Path | None = None,
+    **extra: Any,
+) -> None:
+    """``run.json``: the spec as the job ran it, the resolved plan and how the run stands
+    (rank 0 writes it). ``init_dir``: the folder the first weights came from."""
     info = {
         "status": status,
-        "spec": asdict(plan.spec),
+        # the ranks a launch leaves to torchrun are the job's, as torchrun counted them
+        "spec": {**asdict(plan.spec), "nproc": plan.nproc, "nnodes": plan.nnodes},
         "resolved": plan.summary(),
         "shape": asdict(plan.shape),
-        "init_dir": str(plan.init_dir) if plan.init_dir else None,
+        "init_dir": str(init_dir) if init_dir else None,
         "layout_reason": plan.layout_reason,
         # the torchrun agent that started this rank: its node writes loss.png
         "agent": [socket.gethostname(), os.getppid()] if launched else None,

@@ -1,7 +1,7 @@
 """``run_here(plan)``: one run in this process, from its folder to its last metrics line.
 
 What ``run()`` does for one CPU/GPU rank, and what every rank torchrun starts does. It
-plans the run, settles the run folder (runs/folder.py), writes ``run.json``, trains in
+settles the run folder (runs/folder.py), writes ``run.json``, trains in
 a :func:`~..training.trainer.trainer_session`, shows progress, and records how the run
 ended. Training itself (data, optimiser, LR schedule, checkpoints, metrics) is
 torchtitan's.
@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, Terminated
 from ..training.metrics_file import read_metrics
+from ..training.plan import Plan
 from ..training.ranks import launched_by_torchrun, rank, world_size
-from ..training.spec import Plan
 from .folder import (
     RunResult,
     check_resume,
@@ -28,9 +27,9 @@ from .folder import (
     prepare_out_dir,
     prepare_resume_dir,
     resumes_at_other_world,
-    step_reporter,
     write_manifest,
 )
+from .reporter import Reporter
 
 
 def check_hub_reachable(plan: Plan) -> None:
@@ -48,12 +47,7 @@ def check_hub_reachable(plan: Plan) -> None:
 
 
 def run_here(
-    plan: Plan,
-    *,
-    progress: bool = True,
-    verbose: bool = False,
-    label: str | None = None,
-    on_step: Callable[[dict[str, Any]], None] | None = None,
+    plan: Plan, reporter: Reporter | None = None, init_dir: Path | None = None
 ) -> RunResult:
     """Train a planned run (``plan_run``) in this process; its per-step metrics.
 
@@ -61,34 +55,31 @@ def run_here(
     ``out/run.json`` (the resolved settings and how the run ended). Raises a
     :class:`~qwen3_trn_helpers.errors.Qwen3TrnError` for anything the user can fix,
     before the run folder is touched; Ctrl-C stops after writing what finished.
+    ``init_dir``: the folder published weights were turned into (``init_folder``).
     """
     spec = plan.spec
+    reporter = reporter or Reporter()
+    init_dir = init_dir or plan.init.folder
     check_hub_reachable(plan)
 
     rank0 = rank() == 0
     launched = launched_by_torchrun()
     # who writes the folder holds it: here, or (one node) the launching parent, or (several
     # nodes, one shared folder) the job's rank 0
-    owner = rank0 and (not launched or spec.nnodes > 1)
+    owner = rank0 and (not launched or plan.nnodes > 1)
     out = new_out_dir(spec.out) if rank0 else Path(spec.out or "runs/_nonzero_rank")
     with own_run_folder(out) if owner else nullcontext():
-        return _run_in_folder(out, plan, rank0, launched, progress, verbose, label, on_step)
+        reporter = reporter if rank0 else reporter.quiet()
+        return _train_in_folder(out, plan, reporter, launched, init_dir)
 
 
-def _run_in_folder(
-    out: Path,
-    plan: Plan,
-    rank0: bool,
-    launched: bool,
-    progress: bool,
-    verbose: bool,
-    label: str | None,
-    on_step: Callable[[dict[str, Any]], None] | None,
+def _train_in_folder(
+    out: Path, plan: Plan, reporter: Reporter, launched: bool, init_dir: Path | None
 ) -> RunResult:
-    """:func:`run_here`, once the run folder is ours."""
+    """:func:`run_here`, once the run folder is ours: resume or start, train, record."""
     from ..training.trainer import trainer_session
 
-    spec = plan.spec
+    spec, rank0 = plan.spec, rank() == 0
     resumed_from = 0
     reshard = False
     if spec.resume:
@@ -103,18 +94,18 @@ def _run_in_folder(
 
     def manifest(status: str, **extra: Any) -> None:
         if rank0:
-            write_manifest(out, status, plan, launched=launched, **extra)
+            write_manifest(out, status, plan, launched=launched, init_dir=init_dir, **extra)
 
     manifest("running")
-    desc = label or f"{spec.variant}/{Path(spec.init).name}"
-    step_done, close_bar = step_reporter(
-        spec.steps, desc, progress and rank0, on_step, initial=resumed_from
-    )
+    desc = f"{plan.variant.name}/{Path(str(plan.init)).name}"
+    step_done, close_bar = reporter.steps(spec.steps, desc, initial=resumed_from)
 
     started = time.perf_counter()
     error = None
     try:
-        with trainer_session(plan, out, verbose=verbose, skip_dataloader_state=reshard) as trainer:
+        with trainer_session(
+            plan, out, init_dir=init_dir, verbose=reporter.verbose, skip_dataloader_state=reshard
+        ) as trainer:
             if trainer.metrics_processor.jsonl is not None:
                 trainer.metrics_processor.jsonl.on_step = step_done
             trainer.train()

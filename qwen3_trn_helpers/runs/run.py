@@ -4,10 +4,11 @@
     result = run("native", steps=10, init="random")
     result.losses, result.metrics_path
 
-Keyword arguments are RunSpec fields (the same as ``qwen3-trn train``'s flags). ``run``
-resolves ``init="pretrained"`` to a folder, checks the memory, then trains in this
-process, or, for several ranks, several nodes and on trn2, through torchrun in child
-processes. ``run(spec)`` takes a whole RunSpec.
+Keyword arguments are RunSpec fields (the same as ``qwen3-trn train``'s flags);
+``run(spec)`` takes a whole RunSpec. A run reads spec -> plan -> execute: the spec is
+planned once (every input checked, the memory fit included, before anything starts or
+is written), then trains in this process, or, for several ranks, several nodes and on
+trn2, through torchrun in child processes.
 """
 
 from __future__ import annotations
@@ -18,12 +19,15 @@ from dataclasses import fields
 from typing import Any
 
 from ..errors import ConfigError
-from ..training.spec import Plan, RunSpec
+from ..training.plan import Plan, available_memory_gib, memory_fit_problem, plan_run
+from ..training.spec import RunSpec
 from .folder import RunResult
+from .reporter import Reporter
+from .weights import init_folder
 
 
 def make_spec(variant: str | None = None, **params: Any) -> RunSpec:
-    """A validated RunSpec, with a clear error for a misspelt parameter."""
+    """A checked RunSpec, with a clear error for a misspelt or mistyped parameter."""
     names = {f.name for f in fields(RunSpec)}
     unknown = sorted(set(params) - names)
     if unknown:
@@ -32,7 +36,7 @@ def make_spec(variant: str | None = None, **params: Any) -> RunSpec:
         )
     # folders may come as pathlib.Path; the spec holds text (it is written to run.json)
     params = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in params.items()}
-    return RunSpec(variant=variant, **params).validate().with_absolute_paths()
+    return RunSpec(variant=variant, **params).with_absolute_paths()
 
 
 def run(
@@ -42,15 +46,17 @@ def run(
     verbose: bool = False,
     label: str | None = None,
     on_step: Callable[[dict[str, Any]], None] | None = None,
+    reporter: Reporter | None = None,
     **params: Any,
 ) -> RunResult:
     """Train and return a :class:`~.folder.RunResult` (losses, metrics, run folder).
 
     ``variant`` is a variant name with the spec's fields as keywords (``run("native",
     steps=10)``; None: the variant the preset implies, nki_moe for an MoE preset, else
-    native), or a whole :class:`RunSpec`. One rank on a CPU or GPU trains in this
-    process (runs/here.py); several ranks, several nodes, and any run on trn2 go through
-    torchrun (runs/torchrun.py).
+    native), or a whole :class:`RunSpec`. ``progress``, ``verbose``, ``label`` and
+    ``on_step`` say how the run shows itself (or a whole ``reporter``). One rank on a
+    CPU or GPU trains in this process (runs/here.py); several ranks, several nodes, and
+    any run on trn2 go through torchrun (runs/torchrun.py).
     """
     if isinstance(variant, RunSpec):
         if params:
@@ -58,61 +64,40 @@ def run(
                 f"run(spec) takes no further run parameters ({', '.join(sorted(params))}); "
                 "put them into the spec: spec.replace(...)"
             )
-        spec = variant.validate().with_absolute_paths()
+        spec = variant.with_absolute_paths()
     else:
         spec = make_spec(variant, **params)
-    from ..device import resolve_device
-    from ..training.spec import plan_run
-    from .weights import resolve_init
-
-    spec = resolve_init(spec, resolve_device(spec.device), progress)
-    plan = plan_run(spec)  # every input checked, once, before anything starts or is written
-    check_memory(plan)
-    options = dict(progress=progress, verbose=verbose, label=label, on_step=on_step)
-    if not launches(spec, plan.device_type):
-        from .here import run_here
-
-        return run_here(plan, **options)
-    from .torchrun import run_with_torchrun
-
-    return run_with_torchrun(plan, **options)
+    reporter = reporter or Reporter(progress, verbose, label, on_step)
+    return execute(plan_run(spec), reporter)
 
 
-def available_memory_gib() -> float | None:
-    """This machine's free memory (Linux's MemAvailable), or None where unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return None
+def execute(plan: Plan, reporter: Reporter) -> RunResult:
+    """Train a planned run here or through torchrun, the hub off unless it needs it.
 
-
-def check_memory(plan: Plan) -> None:
-    """Refuse, with the numbers, a CPU run whose estimate exceeds the free memory.
-
-    Without this a full-size preset on a laptop dies minutes later in an allocation
-    error, or takes the machine into swap. (On trn2 planning checks each core's HBM.)
+    A CPU run whose estimate exceeds this machine's free memory is refused first, with
+    the numbers: without this a full-size preset on a laptop dies minutes later in an
+    allocation error, or takes the machine into swap.
     """
-    if plan.device_type != "cpu" or plan.spec.skip_memory_check:
-        return
-    free = available_memory_gib()
-    if free is None:
-        return
-    per_rank = plan.memory().total_gib
-    ranks_here = plan.spec.nproc
-    if per_rank * ranks_here > free:
-        raise ConfigError(
-            f"preset {plan.preset.name!r} needs about {per_rank * ranks_here:.1f} GiB on this "
-            f"machine ({ranks_here} rank(s) x {per_rank:.1f} GiB: weights, gradients, AdamW "
-            f"state, activations), more than the {free:.1f} GiB free; train a small preset "
-            "(--preset tiny), or pass --skip-memory-check to try anyway"
-        )
+    from ..assets import hub_offline
+
+    if not plan.spec.skip_memory_check:
+        problem = memory_fit_problem(plan, available_memory_gib())
+        if problem:
+            raise ConfigError(problem)
+    with hub_offline(not plan.needs_hub):
+        # published weights: downloaded (or made) once, here; launched ranks find them
+        # in the cache
+        init_dir = init_folder(plan, reporter.progress)
+        if not launches(plan):
+            from .here import run_here
+
+            return run_here(plan, reporter, init_dir)
+        from .torchrun import run_with_torchrun
+
+        return run_with_torchrun(plan, reporter)
 
 
-def launches(spec: RunSpec, device_type: str) -> bool:
+def launches(plan: Plan) -> bool:
     """Whether a run goes through torchrun rather than training in this process.
 
     Several ranks always do; on trn2 one rank does too, so that the Neuron runtime
@@ -121,4 +106,4 @@ def launches(spec: RunSpec, device_type: str) -> bool:
     """
     from ..training.ranks import launched_by_torchrun
 
-    return not launched_by_torchrun() and (spec.world > 1 or device_type == "neuron")
+    return not launched_by_torchrun() and (plan.world_size > 1 or plan.device_type == "neuron")

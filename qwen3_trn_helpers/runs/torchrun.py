@@ -19,14 +19,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
 
 from ..errors import ConfigError, TrainingError
 from ..training.metrics_file import keep_steps_before, read_metrics
-from ..training.spec import Plan, RunSpec
+from ..training.plan import Plan
+from ..training.spec import RunSpec
 from .child import run_child
 from .folder import (
     RunResult,
@@ -35,111 +34,111 @@ from .folder import (
     own_run_folder,
     prepare_out_dir,
     prepare_resume_dir,
-    step_reporter,
 )
 from .neuron_cores import neuron_rank_environment, with_class_slice
 from .rendezvous import check_endpoint_reachable_by_all, nodes_joined
+from .reporter import Reporter
+
+#: what torchrun itself decides for each rank (how many ranks per node and nodes, where
+#: they meet): a rank's argv leaves them out and its plan reads them back from torchrun
+LAUNCH_FIELDS = ("nproc", "nnodes", "rdzv_endpoint", "rdzv_timeout")
 
 
-def torchrun_command(spec: RunSpec, python: str | None = None) -> list[str]:
+def torchrun_command(plan: Plan, python: str | None = None, **rank_fields: str) -> list[str]:
     """The exact command: torchrun (``python -m torch.distributed.run``) for this node.
 
     One node: torchrun's ``--standalone``. Several: its c10d rendezvous at
     ``rdzv_endpoint``, the same command on every node, which torchrun numbers as they
-    join. The rank counts are torchrun's; each rank reads them back from WORLD_SIZE and
-    LOCAL_WORLD_SIZE. (Passing ``--nproc`` on would not even parse: torchrun's argparse
-    takes it for an abbreviation of its own ``--nproc-per-node``.)
+    join. The rank counts are torchrun's: each rank's plan reads them back from
+    WORLD_SIZE and LOCAL_WORLD_SIZE, so the ranks' argv leaves them out
+    (:data:`LAUNCH_FIELDS`; passing ``--nproc`` on would not even parse: torchrun's
+    argparse takes it for an abbreviation of its own ``--nproc-per-node``).
+    ``rank_fields`` are flags the ranks get on top of the spec's own (the run folder
+    this launch settled, the published weights' folder).
     """
-    if spec.nnodes > 1:
+    spec = plan.spec
+    if plan.nnodes > 1:
         if spec.rdzv_endpoint is None:
             raise ConfigError(
-                f"a job on {spec.nnodes} nodes needs --rdzv-endpoint HOST:PORT, the same on "
+                f"a job on {plan.nnodes} nodes needs --rdzv-endpoint HOST:PORT, the same on "
                 "every node: an address of one of them (the first) that the others reach"
             )
         where = [
-            f"--nnodes={spec.nnodes}",
+            f"--nnodes={plan.nnodes}",
             "--rdzv-backend=c10d",
             f"--rdzv-endpoint={spec.rdzv_endpoint}",
             f"--rdzv-conf=join_timeout={spec.rdzv_timeout}",
         ]
     else:
         where = ["--standalone", "--nnodes=1"]
-    rank_spec = spec.replace(
-        nproc=1, nnodes=1, rdzv_endpoint=None, rdzv_timeout=RunSpec.rdzv_timeout
-    )  # what torchrun tells each rank itself
+    argv = spec.to_argv(leave_out=LAUNCH_FIELDS + tuple(rank_fields))
+    for name, value in rank_fields.items():
+        argv += ["--" + name.replace("_", "-")] + ([] if value == "" else [value])
     return [
         python or sys.executable,
         "-m",
         "torch.distributed.run",
         *where,
-        f"--nproc-per-node={spec.nproc}",
+        f"--nproc-per-node={plan.nproc}",
         "-m",
         "qwen3_trn_helpers",
         "train",
         "--no-progress",
-        *rank_spec.to_argv(),
+        *argv,
     ]
 
 
 shell_command = shlex.join  # the command as one line a shell runs as it is
 
 
-def rank_environment(spec: RunSpec, device_type: str) -> dict[str, str]:
+def rank_environment(plan: Plan, neuron_cores: str | None = None) -> dict[str, str]:
     """The environment every rank gets: this one, plus what the device needs.
 
     CPU ranks share the machine's cores: without a limit each would start a full
-    thread pool. On trn2, see :func:`neuron_rank_environment`.
+    thread pool. On trn2, see :func:`neuron_rank_environment` (``neuron_cores``: the
+    slice the ranks confine themselves to).
     """
     env = dict(os.environ)
-    if device_type == "cpu":
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // spec.nproc)))
-    if device_type == "neuron":
-        env = neuron_rank_environment(env, spec.neuron_cores)
+    if plan.device_type == "cpu":
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // plan.nproc)))
+    if plan.device_type == "neuron":
+        env = neuron_rank_environment(env, neuron_cores)
     return env
 
 
 def run_with_torchrun(
-    plan: Plan,
-    *,
-    timeout: float | None = None,
-    progress: bool = False,
-    verbose: bool = False,
-    label: str | None = None,
-    on_step: Callable[[dict[str, Any]], None] | None = None,
-):
+    plan: Plan, reporter: Reporter | None = None, *, timeout: float | None = None
+) -> RunResult:
     """Train a planned run on ``nproc`` ranks per node in child processes; rank 0's
     RunResult. (Each rank plans it again, in its own process, from the same spec.)
 
     Each completed step reaches the progress bar and ``on_step`` as rank 0 writes it to
     metrics.jsonl, so the bar or the training panel updates live. Without ``out`` the
-    run gets a new folder under ``runs/``.
+    run gets a new folder under ``runs/``. Published weights are in the cache already
+    (``run()`` turned them into a folder once); each rank finds them there.
     """
-    spec, device_type = plan.spec, plan.device_type
-    if device_type == "neuron":
-        spec = with_class_slice(spec)
-    multinode = spec.nnodes > 1
+    reporter = reporter or Reporter(progress=False)
+    spec = plan.spec
+    multinode = plan.nnodes > 1
     if multinode:
-        torchrun_command(spec)  # refuses a job without its endpoint
+        torchrun_command(plan)  # refuses a job without its endpoint
         check_endpoint_reachable_by_all(spec.rdzv_endpoint)
+    # a student's share of a trn2 shared by a class: the cores the ranks confine to
+    cores = with_class_slice(spec).neuron_cores if plan.device_type == "neuron" else None
     out = new_out_dir(spec.out)
     # One node: this process writes the folder and holds it for the run's life. Several
     # nodes may share one folder: the job's rank 0 holds it (runs/here.py).
     with nullcontext() if multinode else own_run_folder(out):
-        return _launch_in(out, plan, spec, timeout, progress, verbose, label, on_step)
+        return _launch_in(out, plan, reporter, timeout, cores)
 
 
 def _launch_in(
-    out: Path,
-    plan: Plan,
-    spec: RunSpec,
-    timeout: float | None,
-    progress: bool,
-    verbose: bool,
-    label: str | None,
-    on_step: Callable[[dict[str, Any]], None] | None,
-):
+    out: Path, plan: Plan, reporter: Reporter, timeout: float | None, cores: str | None
+) -> RunResult:
     """:func:`run_with_torchrun`, once the run folder is settled."""
-    multinode = spec.nnodes > 1
+    spec = plan.spec
+    multinode = plan.nnodes > 1
+    rank_fields: dict[str, str] = {}
     if spec.resume:
         out, resumed_from = prepare_resume_dir(out)
         if not multinode:  # (several nodes: rank 0 does both, once, not every node)
@@ -148,19 +147,22 @@ def _launch_in(
             # rank 0 drops the steps it trains again only when it logs its first one;
             # drop them now, so that this loop never reports the later steps
             keep_steps_before(out / "metrics.jsonl", resumed_from + 1)
-        child = spec
     elif multinode:
         # Every node may be given the same folder on shared storage: the job's rank 0
         # alone decides whether it may be used (and clears it for --overwrite), so no
         # node refuses a folder because another node of this job got there first.
-        resumed_from, child = 0, spec
+        resumed_from = 0
         out.mkdir(parents=True, exist_ok=True)
     else:
         out, resumed_from = prepare_out_dir(out, spec.overwrite), 0
-        child = spec.replace(out=str(out), overwrite=True)
-    cmd = torchrun_command(child) + (["--verbose"] if verbose else [])
-    desc = label or f"{spec.variant} x{spec.world}"
-    step_done, close_bar = step_reporter(spec.steps, desc, progress, on_step, resumed_from)
+        rank_fields = {"out": str(out), "overwrite": ""}  # cleared here, held here
+    if cores != spec.neuron_cores:
+        rank_fields["neuron_cores"] = cores
+    cmd = torchrun_command(plan, **rank_fields) + (["--verbose"] if reporter.verbose else [])
+    if reporter.echo_launch:
+        print(f"launching: {shell_command(cmd)}", flush=True)
+    desc = f"{plan.variant.name} x{plan.world_size}"
+    step_done, close_bar = reporter.steps(spec.steps, desc, initial=resumed_from)
     # one log per node: on shared storage the nodes' logs sit side by side
     node_log = f"launch-{socket.gethostname()}-{os.getpid()}.log"
     log_path = out / (node_log if multinode else "launch.log")
@@ -180,13 +182,13 @@ def _launch_in(
 
     try:
         result = run_child(
-            cmd, log=log_path, env=rank_environment(spec, plan.device_type), timeout=timeout,
+            cmd, log=log_path, env=rank_environment(plan, cores), timeout=timeout,
             while_running=report_steps,
         )  # fmt: skip
     finally:
         close_bar()
     if result.timed_out:
-        raise TrainingError(f"{spec.world}-rank run passed {timeout:.0f} s; stopped")
+        raise TrainingError(f"{plan.world_size}-rank run passed {timeout:.0f} s; stopped")
     if not result.ok:
         text = result.output
         never_met = last_step == resumed_from  # (afterwards: a node left mid-run)
@@ -194,7 +196,7 @@ def _launch_in(
             raise TrainingError(missing_nodes_message(spec, joined))
         if multinode and never_met and "RendezvousConnectionError" in text:
             raise TrainingError(missing_nodes_message(spec, None))
-        result.check(f"{spec.world}-rank run")
+        result.check(f"{plan.world_size}-rank run")
     if not (out / "run.json").exists():  # rank 0 ran on another node, without shared storage
         return RunResult(out=out, spec=spec, status="completed", writer=False)
     run = RunResult.from_folder(out)

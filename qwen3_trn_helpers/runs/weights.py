@@ -13,8 +13,8 @@ safetensors), add config.json and the tokenizer, and cache the folder. A pretrai
 then loads it through exactly the path a hub checkpoint takes (``--init DIR`` ->
 ``initial_load_in_hf``). The folder's ``qwen3_trn_recipe.json`` records how it was made.
 
-:func:`resolve_init` is what callers (the CLI, ``run()``, reproduce, the panel) use to
-turn ``init="pretrained"`` into a folder before planning a run.
+:func:`init_folder` turns a plan's published weights into that folder where a run uses
+them (``run_here``, and a launch before it starts its ranks).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from pathlib import Path
 
 from ..errors import AssetError
 from ..model.presets import Preset, get_preset
-from ..training.spec import RunSpec, plan_run
+from ..training.plan import Plan, plan_run
+from ..training.spec import RunSpec
 
 #: How the local "published" checkpoints are pretrained. Changing it makes new ones.
 RECIPE = {
@@ -67,6 +68,7 @@ def _pretrain_into(preset: Preset, folder: Path, progress: bool) -> None:
     from ..model.hf_checkpoint import check_hf_checkpoint
     from ..model.variants import torchtitan_variant
     from .here import run_here
+    from .reporter import Reporter
 
     # Variants of one architecture share a checkpoint; torchtitan's own model makes it.
     variant = torchtitan_variant(preset.shape).name
@@ -89,8 +91,7 @@ def _pretrain_into(preset: Preset, folder: Path, progress: bool) -> None:
                 out=str(work),
             )
         ),
-        label=f"pretraining the local '{preset.name}' checkpoint",
-        progress=progress,
+        Reporter(progress=progress, label=f"pretraining the local '{preset.name}' checkpoint"),
     )
     exported = work / "checkpoint" / f"step-{RECIPE['steps']}"
     weights = sorted(exported.glob("*.safetensors"))
@@ -163,29 +164,35 @@ def ensure_local_published(preset: Preset, progress: bool = True) -> Path:
     return folder
 
 
-def resolve_init(spec: RunSpec, device_type: str, progress: bool = True) -> RunSpec:
-    """``spec`` with ``init="pretrained"`` replaced by the folder of published weights.
+def init_folder(plan: Plan, progress: bool = True) -> Path | None:
+    """The folder a plan's first weights load from (None: random init).
 
-    The preset is written into the returned spec, so a pretrained run trains exactly
-    the preset (layout, sequence length, checkpointing) a random one would: only the
-    initial weights differ.
+    Published weights become a folder here, where a run uses them: downloaded from the
+    hub once (the ranks a launch starts find them in the hub cache their launcher
+    filled, without asking the hub again), or, for a small preset, pretrained here once
+    and cached. A pretrained run thus trains exactly the preset a random one would:
+    only the initial weights differ.
     """
-    if spec.init != "pretrained":
-        return spec
-    preset = spec.resolve_preset(device_type, None)
-    if preset.hub_id is not None:
-        folder = download_checkpoint(preset.hub_id)
-    else:
-        folder = ensure_local_published(preset, progress)
-    return spec.replace(init=str(folder), preset=preset.name)
+    from ..training.ranks import launched_by_torchrun
+
+    init = plan.init
+    if not init.pending:
+        return init.folder
+    if init.hub_id is not None:
+        return download_checkpoint(init.hub_id, cached_only=launched_by_torchrun())
+    return ensure_local_published(plan.preset, progress)
 
 
-def download_checkpoint(repo_id: str) -> Path:
-    """Download (or find in the HF cache) a model's config, weights and tokenizer."""
+def download_checkpoint(repo_id: str, cached_only: bool = False) -> Path:
+    """Download (or find in the HF cache) a model's config, weights and tokenizer.
+
+    ``cached_only``: find it in the cache without asking the hub (a launched rank,
+    whose launcher downloaded it: 64 ranks must not each query the hub).
+    """
     from huggingface_hub import is_offline_mode, snapshot_download
 
     patterns = ["*.json", "*.safetensors", "tokenizer*", "*.txt"]
-    offline = is_offline_mode()
+    offline = is_offline_mode() or cached_only
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=offline))
     except Exception as e:

@@ -1,12 +1,12 @@
-"""``RunSpec``: the one list of run parameters. ``plan_run``: a spec resolved for a machine.
+"""``RunSpec``: the one list of run parameters, as the user gave them.
 
-Every run parameter and its default is written once, below. The command line
-(``qwen3-trn train --steps 10 ...``) is generated from these fields (``cli.py``), the
-Python API takes them as keyword arguments (``run(steps=10, ...)``), and a multi-rank
-launch hands the same spec to every rank (``to_argv``). Defaults that depend on the
-machine (preset, corpus, attention) are ``None``/``"auto"`` here and resolved by
-:func:`plan_run`, which reads files but never trains, never writes a run folder and
-never changes the spec it is given.
+Every run parameter and its default is written once, below, with its help and the
+checks that need no files. The command line (``qwen3-trn train --steps 10 ...``) is
+generated from these fields (``cli.py``), the Python API takes them as keyword
+arguments (``run(steps=10, ...)``), and a launch hands the same parameters to every
+rank (``to_argv``). A spec is checked when it is made (an invalid one cannot exist) and
+is never resolved against a machine here: defaults that depend on the machine (preset,
+corpus, attention) stay ``None``/``"auto"`` and ``training/plan.py`` resolves them.
 
 Cheap to import: no torch.
 """
@@ -21,9 +21,8 @@ from typing import Any
 
 from ..device import DEVICE_TYPES
 from ..errors import ConfigError
-from ..model.presets import PRESETS, Layout, Preset, get_preset
-from ..model.shapes import Qwen3Shape
-from ..model.variants import VARIANTS, get_variant
+from ..model.presets import PRESETS
+from ..model.variants import VARIANTS
 
 ATTENTION = ("auto", "document", "causal", "flex")
 MOE_IMPLS = ("blockwise", "grouped_mm")
@@ -150,6 +149,7 @@ class RunSpec:
         # and ``spec.variant`` is always a name once the spec exists.
         if self.variant is None:
             object.__setattr__(self, "variant", implied_variant(self.preset))
+        self.validate()
 
     def replace(self, **changes: Any) -> RunSpec:
         return dataclasses.replace(self, **changes)
@@ -181,10 +181,11 @@ class RunSpec:
         return self.replace(**changes)
 
     def validate(self) -> RunSpec:
-        """Checks that need no imports and no files: fail fast, before anything loads."""
-        get_variant(self.variant)
-        if self.preset is not None:
-            get_preset(self.preset)
+        """Checks that need no imports and no files: fail fast, before anything loads.
+
+        Run when a spec is made (``__post_init__``), so every RunSpec in the program is
+        a valid one; the variant and preset names are checked as choices.
+        """
         for f in fields(self):
             value = getattr(self, f.name)
             meta = f.metadata
@@ -192,6 +193,8 @@ class RunSpec:
                 continue
             if "choices" in meta and value not in meta["choices"]:
                 choices = ", ".join(meta["choices"])
+                if f.name in ("variant", "preset"):  # the words get_variant/get_preset use
+                    raise ConfigError(f"unknown {f.name} {value!r}; choose one of {choices}")
                 raise ConfigError(f"{f.name} must be one of {choices}, got {value!r}")
             if meta.get("positive") or meta.get("non_negative"):
                 is_float = f.type.startswith("float")
@@ -242,35 +245,32 @@ class RunSpec:
         return self
 
     def core_slice(self) -> range | None:
-        """The NeuronCores of ``neuron_cores`` on each node, checked against ``nproc``."""
+        """The NeuronCores ``neuron_cores`` names on each node (planning checks that the
+        slice holds one core per rank of the node)."""
         if self.neuron_cores is None:
             return None
         from ..trn2 import core_slice
 
         try:
-            cores = core_slice(self.neuron_cores)
+            return core_slice(self.neuron_cores)
         except ValueError as e:
             raise ConfigError(f"neuron_cores: {e}") from None
-        if len(cores) != self.nproc:
-            raise ConfigError(
-                f"neuron_cores {self.neuron_cores} holds {len(cores)} cores but the run "
-                f"starts {self.nproc} rank(s) per node, one core each: give "
-                f"{cores.start}-{cores.start + self.nproc - 1} or --nproc {len(cores)}"
-            )
-        return cores
 
     @property
     def world(self) -> int:
         """Ranks in the whole job: every node's ``nproc``."""
         return self.nnodes * self.nproc
 
-    def to_argv(self) -> list[str]:
-        """``qwen3-trn train`` flags that rebuild this spec (defaults left out).
+    def to_argv(self, leave_out: tuple[str, ...] = ()) -> list[str]:
+        """``qwen3-trn train`` flags that rebuild this spec (defaults and the fields in
+        ``leave_out`` left out).
 
         The variant's default is the one the preset implies, so it is left out too.
         """
         argv = []
         for f in fields(self):
+            if f.name in leave_out:
+                continue
             value = getattr(self, f.name)
             default = implied_variant(self.preset) if f.name == "variant" else f.default
             if value == default:
@@ -278,53 +278,6 @@ class RunSpec:
             flag = "--" + f.name.replace("_", "-")
             argv += [flag] if value is True else [flag, str(value)]
         return argv
-
-    def needs_hub(self, device_type: str) -> bool:
-        """Does this run download from the Hugging Face hub (weights or text)?"""
-        from ..corpus import is_local
-
-        preset = self.resolve_preset(device_type, None)
-        corpus = self.corpus or preset.corpus
-        return not is_local(corpus) or (self.init == "pretrained" and preset.hub_id is not None)
-
-    def resolve_preset(self, device_type: str, shape: Qwen3Shape | None) -> Preset:
-        """The preset a run uses: the named one, else the variant's default here.
-
-        On trn2 a run over the full-size preset's ranks (64: a whole trn2.48xlarge)
-        takes that preset, the model AWS trained; fewer ranks, anywhere, the small preset
-        that fits one core.
-        An ``init`` folder of another shape keeps the default preset's layout, sequence
-        length and checkpointing, and takes the folder's shape.
-        """
-        variant = get_variant(self.variant)
-        if self.preset is not None:
-            preset = get_preset(self.preset)
-            if shape is not None and not shape.same_architecture(preset.shape):
-                diffs = [d for d in preset.shape.differences(shape) if "max_seq_len" not in d]
-                raise ConfigError(
-                    f"checkpoint {self.init} does not match preset {preset.name!r}: "
-                    f"{'; '.join(diffs)}; drop --preset to train with the checkpoint's own "
-                    "shape, or pick the matching checkpoint"
-                )
-            return preset
-        full = PRESETS[variant.trn2_preset]
-        preset = variant.default_preset(
-            full_size=device_type == "neuron" and self.nproc >= full.world_size
-        )
-        if shape is None or shape.same_architecture(preset.shape):
-            return preset
-        tp = preset.layout.tp
-        if shape.n_heads % tp or shape.n_kv_heads % tp:
-            tp = 1
-        return dataclasses.replace(
-            preset,
-            name=f"{preset.name}, shape of {Path(self.init).name}",
-            shape=shape,
-            description=f"the shape of {self.init}",
-            hub_id=None,
-            layout=Layout(tp=tp),
-            seq_len=min(preset.seq_len, shape.max_seq_len),
-        )
 
 
 def implied_variant(preset: str | None) -> str:
@@ -351,287 +304,3 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
             f"rdzv_endpoint must be HOST:PORT (for example 10.0.0.5:29500), got {endpoint!r}"
         )
     return host, int(port)
-
-
-def replicas_for(preset: Preset, nnodes: int) -> int:
-    """Replicas of the model across nodes (HSDP), the trn2 rule for several nodes.
-
-    A full-size preset's layout fills one trn2.48xlarge (TP inside a chip, FSDP over
-    the node's 64 cores, on NeuronLink). Across nodes the link is EFA, several times
-    slower, so each node keeps one whole sharded copy and the nodes only all-reduce
-    gradients once a step: data_parallel_replicate = nnodes. Each rank then holds what
-    it holds on one node. A small preset has no node-sized layout: its ranks shard one
-    copy over the whole world (FSDP), exactly as the same ranks on one node would.
-    """
-    return nnodes if preset.full_size and nnodes > 1 else 1
-
-
-def layout_reason(preset: Preset, nnodes: int) -> str:
-    """One sentence: why this layout on this many nodes (the plan's "why")."""
-    if replicas_for(preset, nnodes) == 1:
-        if nnodes == 1:
-            return "one node: the preset's own layout"
-        return (
-            f"{preset.name} has no per-node layout: FSDP over all ranks, as on one node "
-            "with as many ranks"
-        )
-    why = (
-        f"HSDP: {nnodes} replicas across nodes (gradients all-reduced over EFA once a "
-        "step), the one-node layout inside each node (NeuronLink); each rank holds what "
-        "it holds on one node"
-    )
-    if preset.shape.is_moe:
-        why += (
-            "; not expert parallelism: torchtitan 0.3.0's EP dispatches tokens with "
-            "all-to-all in every MoE layer (over EFA, across nodes) and runs its own "
-            "grouped experts, not the NKI blockwise kernel, and FSDP over one node "
-            "already fits the 128 experts"
-        )
-    return why
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A spec resolved against a machine: device, preset, layout, files. Nothing built."""
-
-    spec: RunSpec
-    device_type: str
-    world_size: int
-    preset: Preset
-    shape: Qwen3Shape
-    seq_len: int
-    tp: int
-    dp_replicate: int  # HSDP replicas across nodes (1: plain FSDP)
-    attention: str
-    corpus: str
-    lr: float
-    moe_block_size: int
-    init_dir: Path | None  # None: random init, or "pretrained" not resolved yet
-    tokenizer_dir: Path | None  # None only in plans resolved for another machine
-
-    @property
-    def variant(self):
-        return get_variant(self.spec.variant)
-
-    @property
-    def nnodes(self) -> int:
-        return self.spec.nnodes
-
-    @property
-    def fsdp(self) -> int:
-        return max(self.world_size // (self.tp * self.dp_replicate), 1)
-
-    @property
-    def layout(self) -> str:
-        inner = Layout(tp=self.tp).describe(self.world_size // self.dp_replicate)
-        return inner if self.dp_replicate == 1 else f"HSDP {self.dp_replicate} x ({inner})"
-
-    @property
-    def layout_reason(self) -> str:
-        return layout_reason(self.preset, self.nnodes)
-
-    @property
-    def activation_checkpoint(self) -> str:
-        return self.preset.activation_checkpoint
-
-    @property
-    def loss_chunks(self) -> int:
-        return self.preset.loss_chunks
-
-    @property
-    def reduce_dtype(self) -> str:
-        """The gradient reduce-scatter dtype: the preset's, fp32 when the run is fp32."""
-        return self.preset.reduce_dtype if self.spec.mixed_precision == "bfloat16" else "float32"
-
-    @property
-    def flavor(self) -> str:
-        return self.preset.name
-
-    @property
-    def pretrained_pending(self) -> bool:
-        return self.spec.init == "pretrained"
-
-    def memory(self, lnc: int | None = None):
-        """Per-rank memory estimate of this plan (training/memory.py)."""
-        from ..trn2 import Topology, lnc_from_env
-        from .memory import estimate_memory
-
-        topology = Topology(lnc or lnc_from_env())
-        on_neuron = self.device_type == "neuron"
-        return estimate_memory(
-            self.shape,
-            world=self.world_size // self.dp_replicate,  # each replica shards one copy
-            tp=self.tp,
-            seq_len=self.seq_len,
-            local_batch=self.spec.local_batch_size,
-            activation_checkpoint=self.activation_checkpoint,
-            loss_chunks=self.loss_chunks,
-            scores_materialised=on_neuron and self.attention == "document",
-            moe_kernel_copies=on_neuron and self.moe_block_size > 0,
-            moe_block_size=self.moe_block_size,
-            reduce_bytes=2 if self.reduce_dtype == "bfloat16" else 4,
-            runtime_gib=topology.runtime_reserved_gib if on_neuron else 0.0,
-            hbm_gib=topology.hbm_gib_per_core,
-        )
-
-    def summary(self) -> dict[str, object]:
-        """The resolved settings, as a table row (notebooks and run.json show it)."""
-        return {
-            "variant": self.spec.variant,
-            "preset": self.preset.name,
-            "device": self.device_type,
-            "ranks": self.world_size,
-            "nodes": self.nnodes,
-            "layout": self.layout,
-            "seq len": self.seq_len,
-            "local batch": self.spec.local_batch_size,
-            "activation checkpointing": self.activation_checkpoint,
-            "attention": self.attention,
-            "loss chunks": self.loss_chunks,
-            "corpus": self.corpus,
-            "init": self.spec.init,
-            "steps": self.spec.steps,
-            "lr": self.lr,
-        }
-
-
-def default_attention(device_type: str) -> str:
-    """Plain causal on trn2 (AWS's choice), FlexAttention on CUDA, document-masked SDPA on CPU."""
-    return {"neuron": "causal", "cuda": "flex"}.get(device_type, "document")
-
-
-def on_trn2(spec: RunSpec) -> RunSpec:
-    """``spec`` as a trn2.48xlarge runs it: the named preset (else the variant's
-    full-size one) on that preset's ranks per node, unless ``nproc`` names them.
-
-    The one statement of "which preset on how many ranks" for trn2 (reproduce, the dry
-    run and the scaling lessons all ask it here).
-    """
-    preset = get_preset(spec.preset or get_variant(spec.variant).trn2_preset)
-    return spec.replace(
-        preset=preset.name, nproc=spec.nproc if spec.nproc > 1 else preset.world_size
-    )
-
-
-def plan_run(
-    spec: RunSpec, *, device_type: str | None = None, shape: Qwen3Shape | None = None
-) -> Plan:
-    """Resolve and check every input; raises a Qwen3TrnError naming the fix.
-
-    ``device_type`` resolves the plan for another machine: ``plan_run(spec,
-    device_type="neuron")`` on a laptop shows what a trn2 would run (preset, layout,
-    memory) without touching any device; its tokenizer is not resolved. ``shape``
-    builds the preset's layout with another model shape (fewer layers for a quick dry
-    run, other widths in a lesson); it is checked as a checkpoint's shape is.
-    """
-    from ..assets import resolve_tokenizer, tokenizer_vocab_size
-    from ..corpus import EMBEDDED, EMBEDDED_PRETRAIN, is_local, read_documents
-    from ..device import resolve_device
-    from ..model.hf_checkpoint import check_hf_checkpoint
-
-    spec.validate()
-    here = device_type is None
-    device = resolve_device(spec.device) if here else device_type
-    variant = get_variant(spec.variant)
-
-    init_dir = None
-    folder_shape = None
-    if spec.init not in ("random", "pretrained"):
-        init_dir = Path(spec.init).expanduser().absolute()  # torchtitan loads absolute paths
-        folder_shape = check_hf_checkpoint(init_dir)
-    preset = spec.resolve_preset(device, folder_shape)
-    if shape is not None:
-        if folder_shape is not None:
-            raise ConfigError(
-                f"a run from checkpoint {init_dir} trains the checkpoint's shape; plan it "
-                "without another shape"
-            )
-        preset = dataclasses.replace(preset, shape=shape)
-    shape = folder_shape or preset.shape
-    source = f"checkpoint {init_dir}" if init_dir else f"preset {preset.name!r}"
-    variant.check_shape(shape, source)
-
-    seq_len = spec.seq_len or preset.seq_len
-    if seq_len > shape.max_seq_len:
-        raise ConfigError(
-            f"seq_len {seq_len} is beyond the model's context of {shape.max_seq_len} "
-            f"tokens ({source}); use a shorter --seq-len"
-        )
-    world = spec.world
-    replicas = replicas_for(preset, spec.nnodes)
-    tp = preset.layout.tp if (world // replicas) % preset.layout.tp == 0 else 1
-    if shape.n_heads % tp or shape.n_kv_heads % tp:
-        raise ConfigError(
-            f"tensor parallel degree {tp} must divide the {shape.n_heads} query and "
-            f"{shape.n_kv_heads} key/value heads ({source})"
-        )
-
-    attention = default_attention(device) if spec.attention == "auto" else spec.attention
-    if attention == "flex" and device != "cuda":
-        raise ConfigError(
-            f"attention 'flex' (FlexAttention) trains on CUDA only, not {device!r}; use "
-            "--attention document or causal"
-        )
-
-    corpus = spec.corpus or preset.corpus
-    embedded = corpus in (EMBEDDED, EMBEDDED_PRETRAIN)
-    if not embedded and (is_local(corpus) or "/" in corpus or Path(corpus).suffix):
-        read_documents(corpus)  # a clear error now (missing, empty), not in the dataloader
-
-    tokenizer_dir = None
-    if here:
-        tok_source = spec.tokenizer
-        if tok_source is None and init_dir is not None and (init_dir / "tokenizer.json").exists():
-            tok_source = str(init_dir)
-        tokenizer_dir = resolve_tokenizer(tok_source)
-        n_tokens = tokenizer_vocab_size(tokenizer_dir)
-        if n_tokens > shape.vocab_size:
-            raise ConfigError(
-                f"the tokenizer in {tokenizer_dir} has {n_tokens} tokens but the model's "
-                f"embedding has {shape.vocab_size} rows ({source}); ids past "
-                f"{shape.vocab_size - 1} would index out of range: use the model's own "
-                "tokenizer or a model with a larger vocabulary"
-            )
-
-    moe_block = 0
-    if shape.is_moe and spec.moe_impl == "blockwise":
-        moe_block = preset.moe_block_size or (256 if device == "neuron" else 64)
-
-    plan = Plan(
-        spec=spec,
-        device_type=device,
-        world_size=world,
-        preset=preset,
-        shape=shape,
-        seq_len=seq_len,
-        tp=tp,
-        dp_replicate=replicas,
-        attention=attention,
-        corpus=corpus,
-        lr=spec.lr or preset.lr,
-        moe_block_size=moe_block,
-        init_dir=init_dir,
-        tokenizer_dir=tokenizer_dir,
-    )
-    if spec.neuron_cores is not None and device != "neuron":
-        raise ConfigError(
-            f"neuron_cores {spec.neuron_cores} chooses NeuronCores on a trn2, but this run "
-            f"trains on {device!r}; drop --neuron-cores (or run it on trn2)"
-        )
-    if device == "neuron":
-        memory = plan.memory()
-        if not memory.fits:
-            raise ConfigError(
-                f"preset {preset.name!r} on {world} rank(s) needs about "
-                f"{memory.total_gib:.1f} GiB per NeuronCore, more than the "
-                f"{memory.usable_gib:.1f} GiB a plan may use (90% of its "
-                f"{memory.hbm_gib:.0f} GiB): launch it on {preset.world_size} ranks "
-                f"(--nproc {preset.world_size}, as reproduce does), or train a smaller "
-                "preset in this process"
-                if preset.world_size > world // replicas
-                else f"preset {preset.name!r} needs about {memory.total_gib:.1f} GiB per "
-                f"NeuronCore, more than the {memory.usable_gib:.1f} GiB a plan may use "
-                f"(90% of its {memory.hbm_gib:.0f} GiB): shorten --seq-len or use "
-                "activation checkpointing"
-            )
-    return plan

@@ -42,7 +42,7 @@ from ..errors import ConfigError, NonFiniteLoss, TrainingError
 from ..model.variants import BlockwiseMoE, TorchtitanQwen3, TransformersV5, Variant
 from . import patches
 from .patches import Patch
-from .spec import Plan
+from .plan import Plan
 
 
 @dataclass(kw_only=True, slots=True)
@@ -93,7 +93,7 @@ class _RunScope:
             raise
 
     @classmethod
-    def backend_fields(cls, plan: Plan) -> dict[str, Any]:
+    def backend_fields(cls, plan: Plan, init_dir: str | None) -> dict[str, Any]:
         """Config fields only this trainer's ``Config`` has (torchtitan's Trainer: none)."""
         return {}
 
@@ -172,12 +172,12 @@ class Qwen3TrnHFTrainer(_RunScope, HFTransformerTrainer):
         qwen3_trn: RunOptions = field(default_factory=RunOptions)
 
     @classmethod
-    def backend_fields(cls, plan: Plan) -> dict[str, Any]:
+    def backend_fields(cls, plan: Plan, init_dir: str | None) -> dict[str, Any]:
         """``hf_model``: the backend builds its model from a config.json, the initial
         checkpoint's, else one written for the plan's shape."""
         from ..model.hf_checkpoint import cached_hf_config
 
-        return {"hf_model": str(plan.init_dir or cached_hf_config(plan.shape))}
+        return {"hf_model": str(init_dir or cached_hf_config(plan.shape))}
 
 
 @dataclass(frozen=True)
@@ -251,11 +251,16 @@ def trainer_config(
     plan: Plan,
     out: str | Path,
     *,
+    init_dir: str | Path | None = None,
     comm_mode: str = "default",
     metrics_file: str = "metrics.jsonl",
     skip_dataloader_state: bool = False,
 ):
     """The ``Trainer.Config`` for a plan, shaped like torchtitan's registry entries.
+
+    ``init_dir``: the folder the first weights load from, for a plan whose published
+    weights were turned into one where the run uses them (``runs/weights.init_folder``);
+    a ``folder`` init names its own.
 
     ``comm_mode="fake_backend"`` is torchtitan's dry-run mode (runs/dry_run.py);
     ``metrics_file=""`` writes no metrics.jsonl. ``skip_dataloader_state`` resumes
@@ -273,15 +278,16 @@ def trainer_config(
     from .checkpoint import Qwen3TrnCheckpointManager
     from .metrics import Qwen3TrnMetrics
 
-    if plan.pretrained_pending:
+    init_dir = init_dir or plan.init.folder
+    if plan.init.pending and init_dir is None:
         raise ConfigError(
-            "init='pretrained' must be resolved to a checkpoint folder before training: "
-            "qwen3_trn_helpers.runs.weights.resolve_init(spec)"
+            "init='pretrained' must be turned into a checkpoint folder before training: "
+            "pass init_dir=qwen3_trn_helpers.runs.weights.init_folder(plan)"
         )
+    init_dir = str(init_dir) if init_dir else None
     spec, variant = plan.spec, plan.variant
     dataset, dataset_path = dataset_args(plan.corpus)
     saves = bool(spec.checkpoint_interval or spec.export_hf)
-    init_dir = str(plan.init_dir) if plan.init_dir else None
     kwargs: dict[str, Any] = dict(
         model_spec=variant.model_spec(plan.shape, plan.flavor, plan.attention),
         hf_assets_path=str(plan.tokenizer_dir or ensure_tokenizer()),
@@ -333,10 +339,10 @@ def trainer_config(
             imports=variant.overrides(plan.attention, plan.moe_block_size, spec.moe_impl)
         ),
         loss=variant.loss_config(plan.shape, plan.loss_chunks),
-        qwen3_trn=RunOptions(variant=spec.variant, device=plan.device_type),
+        qwen3_trn=RunOptions(variant=variant.name, device=plan.device_type),
     )
     trainer = variant_parts(variant).trainer
-    return trainer.Config(**kwargs, **trainer.backend_fields(plan))
+    return trainer.Config(**kwargs, **trainer.backend_fields(plan, init_dir))
 
 
 def build_trainer(plan: Plan, out: str | Path, **options: Any) -> Trainer:

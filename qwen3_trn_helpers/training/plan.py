@@ -1,0 +1,455 @@
+"""``plan_run``: a RunSpec resolved against a machine, once, into typed parts.
+
+A :class:`Plan` holds objects, not names: the :class:`~..model.variants.Variant`, the
+:class:`~..model.presets.Preset` and its shape, the whole
+:class:`~..model.presets.Layout` over the run's ranks, the device, the :class:`Init`
+and the sequence length, attention, corpus and tokenizer a run uses, so nothing
+downstream looks a name up again. Planning reads files (a checkpoint's config, the
+tokenizer) but never trains, never writes a run folder and never changes the spec.
+
+Every check that can refuse a run before anything starts lives here, and the one
+memory rule (:func:`memory_fit_problem`: a NeuronCore's HBM, checked when a trn2 run is
+planned, and a CPU's free memory, checked where a run starts on it).
+
+Cheap to import: no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..model.presets import PRESETS, Layout, Preset
+from ..model.shapes import Qwen3Shape
+from ..model.variants import VARIANTS, Variant
+from .spec import RunSpec
+
+#: the share of a NeuronCore's HBM a plan may use: the rest is headroom for what no
+#: estimate sees (fragmentation, the compiler's scratch)
+HBM_USABLE = 0.9
+
+
+@dataclass(frozen=True)
+class Init:
+    """Where a run's first weights come from.
+
+    ``random``; ``published``: the preset's published weights (the hub checkpoint on
+    trn2, a locally pretrained one for the small presets), turned into a folder where
+    they are used (``runs/weights.init_folder``); ``folder``: a Hugging Face folder.
+    """
+
+    kind: str  # "random" | "published" | "folder"
+    folder: Path | None = None  # the folder a "folder" init names
+    hub_id: str | None = None  # "published": the hub checkpoint (None: made locally)
+
+    @property
+    def pending(self) -> bool:
+        """Published weights not yet turned into a folder."""
+        return self.kind == "published"
+
+    def __str__(self) -> str:
+        return {"random": "random", "published": "pretrained"}.get(self.kind, str(self.folder))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A spec resolved against a machine: device, model, layout, data. Nothing built."""
+
+    spec: RunSpec
+    variant: Variant
+    device_type: str
+    preset: Preset
+    shape: Qwen3Shape
+    layout: Layout  # over the whole world: tp x fsdp x dp_replicate
+    nproc: int  # ranks per node (a launched rank: torchrun's LOCAL_WORLD_SIZE)
+    nnodes: int
+    init: Init
+    seq_len: int
+    attention: str
+    corpus: str
+    lr: float
+    moe_block_size: int
+    tokenizer_dir: Path | None  # None only in plans resolved for another machine
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+    @property
+    def tp(self) -> int:
+        return self.layout.tp
+
+    @property
+    def fsdp(self) -> int:
+        return self.layout.fsdp
+
+    @property
+    def dp_replicate(self) -> int:
+        return self.layout.dp_replicate
+
+    @property
+    def init_dir(self) -> Path | None:
+        """The folder a ``folder`` init names (published weights: where they are used)."""
+        return self.init.folder
+
+    @property
+    def layout_reason(self) -> str:
+        return layout_reason(self.preset, self.nnodes)
+
+    @property
+    def activation_checkpoint(self) -> str:
+        return self.preset.activation_checkpoint
+
+    @property
+    def loss_chunks(self) -> int:
+        return self.preset.loss_chunks
+
+    @property
+    def reduce_dtype(self) -> str:
+        """The gradient reduce-scatter dtype: the preset's, fp32 when the run is fp32."""
+        return self.preset.reduce_dtype if self.spec.mixed_precision == "bfloat16" else "float32"
+
+    @property
+    def flavor(self) -> str:
+        return self.preset.name
+
+    @property
+    def needs_hub(self) -> bool:
+        """Does this run download from the Hugging Face hub (weights or text)?"""
+        from ..corpus import is_local
+
+        return not is_local(self.corpus) or (self.init.pending and self.init.hub_id is not None)
+
+    def with_layout(self, **degrees: int) -> Plan:
+        """This plan with other parallel degrees (``plan.with_layout(tp=8)``): a what-if
+        for the memory lessons, the world laid out again."""
+        layout = dataclasses.replace(self.layout, **degrees)
+        return dataclasses.replace(self, layout=layout.over(self.world_size, layout.dp_replicate))
+
+    def memory(self, lnc: int | None = None):
+        """Per-rank memory estimate of this plan (training/memory.py), at ``lnc``
+        (default: this machine's, else trn2's 2)."""
+        from ..trn2 import Topology, lnc_from_env
+        from .memory import estimate_memory
+
+        topology = Topology(lnc or lnc_from_env())
+        on_neuron = self.device_type == "neuron"
+        return estimate_memory(
+            self.shape,
+            world=self.world_size // self.dp_replicate,  # each replica shards one copy
+            tp=self.tp,
+            seq_len=self.seq_len,
+            local_batch=self.spec.local_batch_size,
+            activation_checkpoint=self.activation_checkpoint,
+            loss_chunks=self.loss_chunks,
+            scores_materialised=on_neuron and self.attention == "document",
+            moe_kernel_copies=on_neuron and self.moe_block_size > 0,
+            moe_block_size=self.moe_block_size,
+            reduce_bytes=2 if self.reduce_dtype == "bfloat16" else 4,
+            runtime_gib=topology.runtime_reserved_gib if on_neuron else 0.0,
+            hbm_gib=topology.hbm_gib_per_core,
+        )
+
+    def summary(self) -> dict[str, object]:
+        """The resolved settings, as a table row (notebooks and run.json show it)."""
+        return {
+            "variant": self.variant.name,
+            "preset": self.preset.name,
+            "device": self.device_type,
+            "ranks": self.world_size,
+            "nodes": self.nnodes,
+            "layout": str(self.layout),
+            "seq len": self.seq_len,
+            "local batch": self.spec.local_batch_size,
+            "activation checkpointing": self.activation_checkpoint,
+            "attention": self.attention,
+            "loss chunks": self.loss_chunks,
+            "corpus": self.corpus,
+            "init": self.spec.init,
+            "steps": self.spec.steps,
+            "lr": self.lr,
+        }
+
+
+def resolve_preset(
+    spec: RunSpec, variant: Variant, device_type: str, nproc: int, shape: Qwen3Shape | None
+) -> Preset:
+    """The preset a run uses: the named one, else the variant's default here.
+
+    On trn2 a run over the full-size preset's ranks (64: a whole trn2.48xlarge) takes
+    that preset, the model AWS trained; fewer ranks, anywhere, the small preset that
+    fits one core. An ``init`` folder of another shape keeps the default preset's
+    layout, sequence length and checkpointing, and takes the folder's shape.
+    """
+    if spec.preset is not None:
+        preset = PRESETS[spec.preset]
+        if shape is not None and not shape.same_architecture(preset.shape):
+            diffs = [d for d in preset.shape.differences(shape) if "max_seq_len" not in d]
+            raise ConfigError(
+                f"checkpoint {spec.init} does not match preset {preset.name!r}: "
+                f"{'; '.join(diffs)}; drop --preset to train with the checkpoint's own "
+                "shape, or pick the matching checkpoint"
+            )
+        return preset
+    full = PRESETS[variant.trn2_preset]
+    preset = variant.default_preset(full_size=device_type == "neuron" and nproc >= full.world_size)
+    if shape is None or shape.same_architecture(preset.shape):
+        return preset
+    tp = preset.layout.tp
+    if shape.n_heads % tp or shape.n_kv_heads % tp:
+        tp = 1
+    return dataclasses.replace(
+        preset,
+        name=f"{preset.name}, shape of {Path(spec.init).name}",
+        shape=shape,
+        description=f"the shape of {spec.init}",
+        hub_id=None,
+        layout=Layout(tp=tp),
+        seq_len=min(preset.seq_len, shape.max_seq_len),
+    )
+
+
+def replicas_for(preset: Preset, nnodes: int) -> int:
+    """Replicas of the model across nodes (HSDP), the trn2 rule for several nodes.
+
+    A full-size preset's layout fills one trn2.48xlarge (TP inside a chip, FSDP over
+    the node's 64 cores, on NeuronLink). Across nodes the link is EFA, several times
+    slower, so each node keeps one whole sharded copy and the nodes only all-reduce
+    gradients once a step: data_parallel_replicate = nnodes. Each rank then holds what
+    it holds on one node. A small preset has no node-sized layout: its ranks shard one
+    copy over the whole world (FSDP), exactly as the same ranks on one node would.
+    """
+    return nnodes if preset.full_size and nnodes > 1 else 1
+
+
+def layout_reason(preset: Preset, nnodes: int) -> str:
+    """One sentence: why this layout on this many nodes (the plan's "why")."""
+    if replicas_for(preset, nnodes) == 1:
+        if nnodes == 1:
+            return "one node: the preset's own layout"
+        return (
+            f"{preset.name} has no per-node layout: FSDP over all ranks, as on one node "
+            "with as many ranks"
+        )
+    why = (
+        f"HSDP: {nnodes} replicas across nodes (gradients all-reduced over EFA once a "
+        "step), the one-node layout inside each node (NeuronLink); each rank holds what "
+        "it holds on one node"
+    )
+    if preset.shape.is_moe:
+        why += (
+            "; not expert parallelism: torchtitan 0.3.0's EP dispatches tokens with "
+            "all-to-all in every MoE layer (over EFA, across nodes) and runs its own "
+            "grouped experts, not the NKI blockwise kernel, and FSDP over one node "
+            "already fits the 128 experts"
+        )
+    return why
+
+
+def default_attention(device_type: str) -> str:
+    """Plain causal on trn2 (AWS's choice), FlexAttention on CUDA, document-masked SDPA on CPU."""
+    return {"neuron": "causal", "cuda": "flex"}.get(device_type, "document")
+
+
+def on_trn2(spec: RunSpec) -> RunSpec:
+    """``spec`` as a trn2.48xlarge runs it: the named preset (else the variant's
+    full-size one) on that preset's ranks per node, unless ``nproc`` names them.
+
+    The one statement of "which preset on how many ranks" for trn2 (reproduce, the dry
+    run and the scaling lessons all ask it here).
+    """
+    preset = PRESETS[spec.preset or VARIANTS[spec.variant].trn2_preset]
+    return spec.replace(
+        preset=preset.name, nproc=spec.nproc if spec.nproc > 1 else preset.world_size
+    )
+
+
+def memory_fit_problem(plan: Plan, free_gib: float | None = None) -> str | None:
+    """The one memory rule: what a plan's ranks on one machine need against what it has.
+
+    A NeuronCore may fill :data:`HBM_USABLE` of its HBM with what the estimate counts;
+    a CPU's ranks on this machine share its free memory (``free_gib``: None where
+    unknown). Returns the refusal, with the numbers and the fix, or None.
+    """
+    memory = plan.memory()
+    if plan.device_type == "neuron":
+        if memory.fits:
+            return None
+        preset = plan.preset
+        if preset.world_size > plan.world_size // plan.dp_replicate:
+            fix = (
+                f"launch it on {preset.world_size} ranks (--nproc {preset.world_size}, as "
+                "reproduce does), or train a smaller preset in this process"
+            )
+        else:
+            fix = "shorten --seq-len or use activation checkpointing"
+        return (
+            f"preset {preset.name!r} on {plan.world_size} rank(s) needs about "
+            f"{memory.total_gib:.1f} GiB per NeuronCore, more than the "
+            f"{memory.usable_gib:.1f} GiB a plan may use ({HBM_USABLE:.0%} of its "
+            f"{memory.hbm_gib:.0f} GiB): {fix}"
+        )
+    if plan.device_type != "cpu" or free_gib is None or memory.total_gib * plan.nproc <= free_gib:
+        return None
+    need = memory.total_gib * plan.nproc
+    return (
+        f"preset {plan.preset.name!r} needs about {need:.1f} GiB on this machine "
+        f"({plan.nproc} rank(s) x {memory.total_gib:.1f} GiB: weights, gradients, AdamW "
+        f"state, activations), more than the {free_gib:.1f} GiB free; train a small preset "
+        "(--preset tiny), or pass --skip-memory-check to try anyway"
+    )
+
+
+def available_memory_gib() -> float | None:
+    """This machine's free memory (Linux's MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return None
+
+
+def _torchrun_world() -> tuple[int, int] | None:
+    """(ranks per node, nodes) as torchrun told this process, or None if it did not."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    world = int(os.environ["WORLD_SIZE"])
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    return per_node, max(world // per_node, 1)
+
+
+def plan_run(
+    spec: RunSpec, *, device_type: str | None = None, shape: Qwen3Shape | None = None
+) -> Plan:
+    """Resolve and check every input; raises a Qwen3TrnError naming the fix.
+
+    ``device_type`` resolves the plan for another machine: ``plan_run(spec,
+    device_type="neuron")`` on a laptop shows what a trn2 would run (preset, layout,
+    memory) without touching any device; its tokenizer is not resolved and this
+    machine's free memory is not asked. ``shape`` builds the preset's layout with
+    another model shape (fewer layers for a quick dry run, other widths in a lesson);
+    it is checked as a checkpoint's shape is. A rank torchrun started takes its world
+    (ranks per node, nodes) from torchrun, not from the spec.
+    """
+    from ..assets import resolve_tokenizer, tokenizer_vocab_size
+    from ..corpus import EMBEDDED, EMBEDDED_PRETRAIN, is_local, read_documents
+    from ..device import resolve_device
+    from ..model.hf_checkpoint import check_hf_checkpoint
+
+    here = device_type is None
+    device = resolve_device(spec.device) if here else device_type
+    variant = VARIANTS[spec.variant]
+    nproc, nnodes = (_torchrun_world() if here else None) or (spec.nproc, spec.nnodes)
+
+    folder_shape = None
+    if spec.init == "random":
+        init = Init("random")
+    elif spec.init == "pretrained":
+        init = Init("published")  # its preset, and so its hub id, below
+    else:
+        init = Init("folder", folder=Path(spec.init).expanduser().absolute())
+        folder_shape = check_hf_checkpoint(init.folder)
+    preset = resolve_preset(spec, variant, device, nproc, folder_shape)
+    if init.kind == "published":
+        init = Init("published", hub_id=preset.hub_id)
+    if shape is not None:
+        if folder_shape is not None:
+            raise ConfigError(
+                f"a run from checkpoint {init.folder} trains the checkpoint's shape; plan it "
+                "without another shape"
+            )
+        preset = dataclasses.replace(preset, shape=shape)
+    shape = folder_shape or preset.shape
+    source = f"checkpoint {init.folder}" if folder_shape else f"preset {preset.name!r}"
+    variant.check_shape(shape, source)
+
+    seq_len = spec.seq_len or preset.seq_len
+    if seq_len > shape.max_seq_len:
+        raise ConfigError(
+            f"seq_len {seq_len} is beyond the model's context of {shape.max_seq_len} "
+            f"tokens ({source}); use a shorter --seq-len"
+        )
+    world = nproc * nnodes
+    replicas = replicas_for(preset, nnodes)
+    tp = preset.layout.tp if (world // replicas) % preset.layout.tp == 0 else 1
+    if shape.n_heads % tp or shape.n_kv_heads % tp:
+        raise ConfigError(
+            f"tensor parallel degree {tp} must divide the {shape.n_heads} query and "
+            f"{shape.n_kv_heads} key/value heads ({source})"
+        )
+    layout = dataclasses.replace(preset.layout, tp=tp).over(world, replicas)
+
+    attention = default_attention(device) if spec.attention == "auto" else spec.attention
+    if attention == "flex" and device != "cuda":
+        raise ConfigError(
+            f"attention 'flex' (FlexAttention) trains on CUDA only, not {device!r}; use "
+            "--attention document or causal"
+        )
+
+    corpus = spec.corpus or preset.corpus
+    embedded = corpus in (EMBEDDED, EMBEDDED_PRETRAIN)
+    if not embedded and (is_local(corpus) or "/" in corpus or Path(corpus).suffix):
+        read_documents(corpus)  # a clear error now (missing, empty), not in the dataloader
+
+    tokenizer_dir = None
+    if here:
+        tok_source = spec.tokenizer
+        if tok_source is None and init.folder is not None:
+            if (init.folder / "tokenizer.json").exists():
+                tok_source = str(init.folder)
+        tokenizer_dir = resolve_tokenizer(tok_source)
+        n_tokens = tokenizer_vocab_size(tokenizer_dir)
+        if n_tokens > shape.vocab_size:
+            raise ConfigError(
+                f"the tokenizer in {tokenizer_dir} has {n_tokens} tokens but the model's "
+                f"embedding has {shape.vocab_size} rows ({source}); ids past "
+                f"{shape.vocab_size - 1} would index out of range: use the model's own "
+                "tokenizer or a model with a larger vocabulary"
+            )
+
+    moe_block = 0
+    if shape.is_moe and spec.moe_impl == "blockwise":
+        moe_block = preset.moe_block_size or (256 if device == "neuron" else 64)
+
+    if spec.neuron_cores is not None:
+        if device != "neuron":
+            raise ConfigError(
+                f"neuron_cores {spec.neuron_cores} chooses NeuronCores on a trn2, but this "
+                f"run trains on {device!r}; drop --neuron-cores (or run it on trn2)"
+            )
+        cores = spec.core_slice()
+        if len(cores) != nproc:
+            raise ConfigError(
+                f"neuron_cores {spec.neuron_cores} holds {len(cores)} cores but the run "
+                f"starts {nproc} rank(s) per node, one core each: give "
+                f"{cores.start}-{cores.start + nproc - 1} or --nproc {len(cores)}"
+            )
+
+    plan = Plan(
+        spec=spec,
+        variant=variant,
+        device_type=device,
+        preset=preset,
+        shape=shape,
+        layout=layout,
+        nproc=nproc,
+        nnodes=nnodes,
+        init=init,
+        seq_len=seq_len,
+        attention=attention,
+        corpus=corpus,
+        lr=spec.lr or preset.lr,
+        moe_block_size=moe_block,
+        tokenizer_dir=tokenizer_dir,
+    )
+    if device == "neuron":  # (a CPU's free memory is asked where a run starts: run())
+        problem = memory_fit_problem(plan)
+        if problem:
+            raise ConfigError(problem)
+    return plan
