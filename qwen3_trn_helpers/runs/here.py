@@ -9,13 +9,12 @@ torchtitan's.
 
 from __future__ import annotations
 
-import os
 import time
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, Terminated
+from ..errors import Terminated
 from ..training.metrics_file import read_metrics
 from ..training.plan import Plan
 from ..training.ranks import launched_by_torchrun, rank, world_size
@@ -32,20 +31,6 @@ from .folder import (
 from .reporter import Reporter
 
 
-def check_hub_reachable(plan: Plan) -> None:
-    """A run that streams its text from the hub cannot start in offline mode: say so now,
-    not after a minute of retries deep inside the dataloader."""
-    from ..corpus import is_local
-
-    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("", "0", "false")
-    if offline and not is_local(plan.corpus) and not Path(plan.corpus).suffix:
-        raise ConfigError(
-            f"corpus {plan.corpus!r} streams from the Hugging Face hub, but offline mode is "
-            "on (HF_HUB_OFFLINE=1); unset it, or train on --corpus embedded or a local "
-            ".txt/.jsonl file or folder"
-        )
-
-
 def run_here(
     plan: Plan, reporter: Reporter | None = None, init_dir: Path | None = None
 ) -> RunResult:
@@ -60,7 +45,6 @@ def run_here(
     spec = plan.spec
     reporter = reporter or Reporter()
     init_dir = init_dir or plan.init.folder
-    check_hub_reachable(plan)
 
     rank0 = rank() == 0
     launched = launched_by_torchrun()

@@ -315,6 +315,10 @@ def available_memory_gib() -> float | None:
     return None
 
 
+def _hub_switched_off() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("", "0", "false")
+
+
 def _torchrun_world() -> tuple[int, int] | None:
     """(ranks per node, nodes) as torchrun told this process, or None if it did not."""
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
@@ -345,7 +349,8 @@ def plan_run(
     here = device_type is None
     device = resolve_device(spec.device) if here else device_type
     variant = VARIANTS[spec.variant]
-    nproc, nnodes = (_torchrun_world() if here else None) or (spec.nproc, spec.nnodes)
+    launched = _torchrun_world() if here else None  # a rank torchrun started
+    nproc, nnodes = launched or (spec.nproc, spec.nnodes)
 
     folder_shape = None
     if spec.init == "random":
@@ -396,6 +401,13 @@ def plan_run(
     embedded = corpus in (EMBEDDED, EMBEDDED_PRETRAIN)
     if not embedded and (is_local(corpus) or "/" in corpus or Path(corpus).suffix):
         read_documents(corpus)  # a clear error now (missing, empty), not in the dataloader
+    elif here and not is_local(corpus) and _hub_switched_off():
+        # now, not after a minute of retries deep inside the dataloader
+        raise ConfigError(
+            f"corpus {corpus!r} streams from the Hugging Face hub, but offline mode is on "
+            "(HF_HUB_OFFLINE=1); unset it, or train on --corpus embedded or a local "
+            ".txt/.jsonl file or folder"
+        )
 
     tokenizer_dir = None
     if here:
@@ -417,6 +429,12 @@ def plan_run(
     if shape.is_moe and spec.moe_impl == "blockwise":
         moe_block = preset.moe_block_size or (256 if device == "neuron" else 64)
 
+    # (a job file adds its own endpoint; torchrun's ranks have met already)
+    if here and not launched and nnodes > 1 and spec.rdzv_endpoint is None:
+        raise ConfigError(
+            f"a job on {nnodes} nodes needs --rdzv-endpoint HOST:PORT, the same on every "
+            "node: an address of one of them (the first) that the others reach"
+        )
     if spec.neuron_cores is not None:
         if device != "neuron":
             raise ConfigError(
