@@ -25,46 +25,67 @@ from typing import Any
 from unittest.mock import patch
 
 from ..model.presets import PRESETS
-from ..training.memory import GIB
-from ..training.plan import on_trn2, plan_run
+from ..training.memory import GIB, MemoryEstimate
+from ..training.plan import Plan, on_trn2, plan_run
 from ..training.spec import RunSpec
 from ..trn2 import PLANNING_HEADROOM
 
 #: tokens per sequence of the simulated step (activations are estimated at the preset's)
 DRY_RUN_SEQ_LEN = 128
 
+#: what ``--json`` holds, besides the estimate by term and the verdicts
+JSON_FIELDS = (
+    "variant", "preset", "layers", "world_size", "tp", "fsdp", "nnodes", "dp_replicate",
+    "layout", "layout_reason", "seq_len", "step_seq_len", "params_total", "params_per_rank",
+    "bytes_per_rank", "estimated_state_gib", "estimated_other_gib", "activations_gib",
+    "hbm_gib", "build_s", "step_s", "shards", "reduce_dtype", "fsdp_table_params",
+    "machine_gib",
+)  # fmt: skip
+
 
 @dataclass
 class DryRunReport:
-    variant: str
-    preset: str
-    layers: int
-    world_size: int
-    tp: int
-    fsdp: int
-    nnodes: int
-    dp_replicate: int  # HSDP replicas, one per node (1: one node, or plain FSDP)
-    layout: str
-    layout_reason: str
-    seq_len: int  # the preset's, which the estimate is for
+    """What rank 0 of a trn2 layout holds, measured, beside the plan and its estimate.
+
+    The layout, preset and sequence length are the plan's (``plan``, resolved for
+    device ``"neuron"``) and the estimate is the plan's own; the report adds only what
+    the simulated step measured.
+    """
+
+    plan: Plan  # what a trn2 runs: device "neuron", the whole world
+    estimate: MemoryEstimate  # training/memory.py at the preset's sequence length
     step_seq_len: int  # what the simulated step ran
     params_total: int
     params_per_rank: int
     bytes_per_rank: int  # measured: rank 0's parameters + gradients + optimizer state
-    estimate: dict[str, float]  # training/memory.py at the preset's sequence length, by term
-    estimated_state_gib: float  # the estimate's params + grads + optimizer state
-    estimated_other_gib: float  # its other terms (FSDP buffers, activations, logits, ...)
-    activations_gib: float
-    hbm_gib: float
     build_s: float
     step_s: float
     shards: list[dict[str, Any]] = field(default_factory=list)
-    reduce_dtype: str = "float32"  # FSDP's gradient reduce-scatter dtype (the plan's)
     # measured: FSDP parameters with the vocabulary's rows (a tied table: 1, which
     # torchtitan 0.3.0 alone makes 2, training/patches.py; untied: embedding + output)
     fsdp_table_params: int = 0
     # a one-rank preset (tiny, 0.6b) is also meant for a laptop: this machine's memory
     machine_gib: float | None = None
+
+    # the plan's and the estimate's figures under the names the table and --json use
+    variant = property(lambda self: self.plan.variant.name)
+    preset = property(lambda self: self.plan.preset.name)
+    layers = property(lambda self: self.plan.shape.n_layers)
+    world_size = property(lambda self: self.plan.world_size)
+    tp = property(lambda self: self.plan.tp)
+    fsdp = property(lambda self: self.plan.fsdp)
+    nnodes = property(lambda self: self.plan.nnodes)
+    dp_replicate = property(lambda self: self.plan.dp_replicate)
+    layout = property(lambda self: str(self.plan.layout))
+    layout_reason = property(lambda self: self.plan.layout_reason)
+    seq_len = property(lambda self: self.plan.seq_len)
+    reduce_dtype = property(lambda self: self.plan.reduce_dtype)
+    estimated_state_gib = property(lambda self: self.estimate.sharded_state_gib)
+    estimated_other_gib = property(
+        lambda self: self.estimate.total_gib - self.estimate.sharded_state_gib
+    )
+    activations_gib = property(lambda self: self.estimate.activations_gib)
+    hbm_gib = property(lambda self: self.estimate.hbm_gib)
 
     @property
     def measured_state_gib(self) -> float:
@@ -79,7 +100,7 @@ class DryRunReport:
     def table_gather_gib(self) -> float:
         """bf16 bytes FSDP all-gathers for the vocabulary table per gather, on this rank's
         TP shard: one copy per FSDP parameter holding it (also what it reduce-scatters)."""
-        shape = PRESETS[self.preset].shape
+        shape = self.plan.shape
         return self.fsdp_table_params * shape.vocab_size * shape.dim / self.tp * 2 / GIB
 
     @property
@@ -97,7 +118,8 @@ class DryRunReport:
         return None if self.machine_gib is None else self.total_gib < self.machine_gib
 
     def to_json(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        data = {name: getattr(self, name) for name in JSON_FIELDS}
+        data["estimate"] = self.estimate.row()
         data.update(
             measured_state_gib=round(self.measured_state_gib, 3),
             total_gib=round(self.total_gib, 2),
@@ -213,7 +235,7 @@ def dry_run(
     from ..training.patches import fsdp_table_parameters
     from ..training.trainer import trainer_session
 
-    spec = on_trn2(spec).replace(out=spec.out or "runs/dry-run", steps=1)
+    spec = on_trn2(spec.replace(out=spec.out or "runs/dry-run", steps=1))
     shape = None
     if layers is not None:
         shape = dataclasses.replace(PRESETS[spec.preset].shape, n_layers=layers)
@@ -236,30 +258,15 @@ def dry_run(
             total, local, nbytes, shards = measure_rank_state(trainer)
             table_params = fsdp_table_parameters(trainer.model_parts)
     return DryRunReport(
-        variant=spec.variant,
-        preset=spec.preset,
-        layers=trn2.shape.n_layers,
-        world_size=trn2.world_size,
-        tp=trn2.tp,
-        fsdp=trn2.fsdp,
-        nnodes=spec.nnodes,
-        dp_replicate=trn2.dp_replicate,
-        layout=str(trn2.layout),
-        layout_reason=trn2.layout_reason,
-        seq_len=trn2.seq_len,
+        plan=trn2,
+        estimate=estimate,
         step_seq_len=step_seq_len,
         params_total=total,
         params_per_rank=local,
         bytes_per_rank=nbytes,
-        estimate=estimate.row(),
-        estimated_state_gib=estimate.sharded_state_gib,
-        estimated_other_gib=estimate.total_gib - estimate.sharded_state_gib,
-        activations_gib=estimate.activations_gib,
-        hbm_gib=estimate.hbm_gib,
         build_s=built - started,
         step_s=stepped - built,
         shards=shards,
-        reduce_dtype=trn2.reduce_dtype,
         fsdp_table_params=table_params,
         machine_gib=None if trn2.preset.full_size else machine_memory_gib(),
     )

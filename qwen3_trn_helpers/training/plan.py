@@ -429,6 +429,10 @@ def plan_run(
     if shape.is_moe and spec.moe_impl == "blockwise":
         moe_block = preset.moe_block_size or (256 if device == "neuron" else 64)
 
+    if here and nproc * nnodes > 1 and spec.out is None:
+        raise ConfigError(
+            f"a {nproc * nnodes}-rank run needs --out: every rank must write to one folder"
+        )
     # (a job file adds its own endpoint; torchrun's ranks have met already)
     if here and not launched and nnodes > 1 and spec.rdzv_endpoint is None:
         raise ConfigError(

@@ -234,10 +234,6 @@ class RunSpec:
             raise ConfigError("resume needs --out: the folder of the run to continue")
         if self.resume and self.overwrite:
             raise ConfigError("resume continues the run in --out; overwrite would delete it")
-        if self.world > 1 and self.out is None:
-            raise ConfigError(
-                f"a {self.world}-rank run needs --out: every rank must write to one folder"
-            )
         if self.rdzv_endpoint is not None:
             split_endpoint(self.rdzv_endpoint)
         if self.neuron_cores is not None:
