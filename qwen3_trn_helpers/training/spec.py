@@ -28,6 +28,7 @@ from ..model.variants import VARIANTS, get_variant
 ATTENTION = ("auto", "document", "causal", "flex")
 MOE_IMPLS = ("blockwise", "grouped_mm")
 PRECISIONS = ("bfloat16", "float32")
+ACTIVATION_CHECKPOINTING = ("none", "selective", "full")
 #: torchtitan 0.3.0's ``ParallelismConfig.spmd_backend`` values (a Literal there; its
 #: default is "spmd_types"); a test compares this tuple with torchtitan's.
 SPMD_BACKENDS = ("spmd_types", "full_dtensor", "partial_dtensor")
@@ -56,6 +57,21 @@ class RunSpec:
     )
     steps: int = _param(10, "optimizer steps", positive=True)
     local_batch_size: int = _param(1, "sequences per rank per step", positive=True)
+    # The layout, when not the preset's (what `qwen3-trn plan` prints for a chosen one)
+    tp: int | None = _param(
+        None, "tensor parallel degree (default: the preset's layout)", positive=True
+    )
+    dp_replicate: int | None = _param(
+        None,
+        "HSDP replicas (torchtitan's data_parallel_replicate_degree; 1: FSDP over every "
+        "rank, across nodes too). Default: one per node for a trn2 preset, else 1",
+        positive=True,
+    )
+    activation_checkpoint: str | None = _param(
+        None,
+        "torchtitan activation checkpointing (default: the preset's)",
+        choices=ACTIVATION_CHECKPOINTING,
+    )
     seq_len: int | None = _param(None, "tokens per sequence (default: the preset's)", positive=True)
     init: str = _param(
         "random",
@@ -428,11 +444,13 @@ class Plan:
 
     @property
     def layout_reason(self) -> str:
+        if self.spec.tp is not None or self.spec.dp_replicate is not None:
+            return "the layout asked for (--tp / --dp-replicate, e.g. qwen3-trn plan's choice)"
         return layout_reason(self.preset, self.nnodes)
 
     @property
     def activation_checkpoint(self) -> str:
-        return self.preset.activation_checkpoint
+        return self.spec.activation_checkpoint or self.preset.activation_checkpoint
 
     @property
     def loss_chunks(self) -> int:
@@ -558,8 +576,18 @@ def plan_run(
             f"tokens ({source}); use a shorter --seq-len"
         )
     world = spec.world
-    replicas = replicas_for(preset, spec.nnodes)
-    tp = preset.layout.tp if (world // replicas) % preset.layout.tp == 0 else 1
+    replicas = spec.dp_replicate or replicas_for(preset, spec.nnodes)
+    if world % replicas:
+        raise ConfigError(
+            f"dp_replicate {replicas} must divide the {world} ranks (each replica holds one "
+            "sharded copy of the model); use a divisor of the ranks, e.g. the node count"
+        )
+    tp = spec.tp or (preset.layout.tp if (world // replicas) % preset.layout.tp == 0 else 1)
+    if (world // replicas) % tp:
+        raise ConfigError(
+            f"tensor parallel degree {tp} must divide the {world // replicas} ranks of a "
+            "replica; use a divisor (1, 2 or 4 on trn2: one chip's logical cores)"
+        )
     if shape.n_heads % tp or shape.n_kv_heads % tp:
         raise ConfigError(
             f"tensor parallel degree {tp} must divide the {shape.n_heads} query and "
@@ -632,6 +660,7 @@ def plan_run(
                 else f"preset {preset.name!r} needs about {memory.total_gib:.1f} GiB per "
                 f"NeuronCore, more than the {memory.usable_gib:.1f} GiB a plan may use "
                 f"(90% of its {memory.hbm_gib:.0f} GiB): shorten --seq-len or use "
-                "activation checkpointing"
+                "activation checkpointing, or let `qwen3-trn plan --model "
+                f"{preset.name} --nodes N` find a layout that fits"
             )
     return plan
