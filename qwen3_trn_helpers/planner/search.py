@@ -115,6 +115,7 @@ class LayoutPlan:
     rejected: int  # layouts over the memory limit
     considered: int
     excluded: list[str] = field(default_factory=list)
+    free_gib: float | None = None  # a CPU plan: this machine's free memory
 
     @property
     def best(self) -> Candidate:
@@ -130,39 +131,19 @@ class LayoutPlan:
         return shlex.join(["qwen3-trn", verb, *c.spec.to_argv()])
 
     def runner_up_reason(self) -> str:
-        """Why the second candidate lost, term by term per 1,000 tokens."""
+        """Why the second candidate lost, term by term."""
         if len(self.candidates) < 2:
             return "no runner-up: only one layout fits"
-        a, b = self.candidates[0], self.candidates[1]
+        return "runner-up " + why_slower(self.candidates[0], self.candidates[1])
 
-        def per_k(c: Candidate) -> dict[str, float]:
-            e = c.estimate
-            k = 1000 / (e.tokens_per_rank / e.tp)  # ms per 1k of a rank's tokens
-            busy = e.compute_s + e.recompute_s
-            return {
-                "compute": 1e3 * e.compute_s * k,
-                "recompute": 1e3 * e.recompute_s * k,
-                "exposed FSDP/HSDP": 1e3
-                * (max(e.overlapped_comm_s - busy, 0) + e.exposed_comm_s)
-                * k,
-                "TP collectives": 1e3 * e.tp_s * k,
-            }
-
-        ta, tb = per_k(a), per_k(b)
-        worst = max(ta, key=lambda t: tb[t] - ta[t])
-        if b.tokens_per_s >= a.tokens_per_s * (1 - 1e-9):
+    def fit_text(self, c: Candidate) -> str:
+        """How it fits: of the HBM a plan may use, or of this CPU's free memory."""
+        if self.free_gib is not None:
             return (
-                f"runner-up ({b.label()}) ties on the estimate; it ranks second for "
-                f"needing more memory ({b.memory.total_gib:.1f} vs {a.memory.total_gib:.1f} "
-                "GiB per rank)"
+                f"{c.memory.total_gib:.1f} GiB per rank x {c.spec.nproc} of this machine's "
+                f"{self.free_gib:.1f} GiB free; a plan may use 90%"
             )
-        slower = 100 * (1 - b.tokens_per_s / a.tokens_per_s)
-        return (
-            f"runner-up ({b.label()}) is {slower:.0f}% slower: per 1,000 tokens of a rank it "
-            f"spends {tb[worst]:.2f} ms on {worst} against {ta[worst]:.2f} ms ("
-            + ", ".join(f"{t} {tb[t]:.2f} vs {ta[t]:.2f}" for t in ta)
-            + " ms)"
-        )
+        return f"{c.memory.total_gib:.1f} of {c.memory.usable_gib:.1f} usable GiB per rank"
 
     def rows(self, top: int) -> list[dict[str, Any]]:
         return [c.row(i + 1) for i, c in enumerate(self.candidates[:top])]
@@ -197,13 +178,44 @@ class LayoutPlan:
             str(Table(self.machine.constants())),
             "",
             *[f"not considered: {why}" for why in self.excluded],
-            f"best: {self.best.label()} ({self.best.memory.total_gib:.1f} of "
-            f"{self.best.memory.usable_gib:.1f} usable GiB per rank)",
+            f"best: {self.best.label()} ({self.fit_text(self.best)})",
             f"why not the runner-up: {self.runner_up_reason()}",
             "",
             self.command(),
         ]
         return "\n".join(lines)
+
+
+def _per_k_tokens(c: Candidate) -> dict[str, float]:
+    """Milliseconds per 1,000 of a rank's tokens, by term of the step estimate."""
+    e = c.estimate
+    k = 1000 / (e.tokens_per_rank / e.tp)
+    busy = e.compute_s + e.recompute_s
+    exposed = max(e.overlapped_comm_s - busy, 0) + e.exposed_comm_s
+    return {
+        "compute": 1e3 * e.compute_s * k,
+        "recompute": 1e3 * e.recompute_s * k,
+        "exposed FSDP/HSDP": 1e3 * exposed * k,
+        "TP collectives": 1e3 * e.tp_s * k,
+    }
+
+
+def why_slower(a: Candidate, b: Candidate) -> str:
+    """One sentence: why ``b`` is estimated slower than ``a`` (the term that grew most)."""
+    ta, tb = _per_k_tokens(a), _per_k_tokens(b)
+    if b.tokens_per_s >= a.tokens_per_s * (1 - 1e-9):
+        return (
+            f"({b.label()}) ties on the estimate; it ranks lower for needing more memory "
+            f"({b.memory.total_gib:.1f} vs {a.memory.total_gib:.1f} GiB per rank)"
+        )
+    worst = max(ta, key=lambda t: tb[t] - ta[t])
+    slower = 100 * (1 - b.tokens_per_s / a.tokens_per_s)
+    return (
+        f"({b.label()}) is {slower:.0f}% slower: per 1,000 tokens of a rank it spends "
+        f"{tb[worst]:.2f} ms on {worst} against {ta[worst]:.2f} ms ("
+        + ", ".join(f"{t} {tb[t]:.2f} vs {ta[t]:.2f}" for t in ta)
+        + " ms)"
+    )
 
 
 def _divisors(n: int) -> list[int]:
@@ -242,8 +254,6 @@ def plan_layouts(
     "cpu" for this machine (``nproc`` ranks, its memory, its measured matmul peak), so
     the mechanism runs where there is no Trainium.
     """
-    from ..training.spec import default_attention, plan_run
-
     preset = get_preset(find_model(model))
     name = next((m.name for m in FAMILY.values() if m.preset == preset.name), preset.name)
     if not isinstance(nodes, int) or nodes < 1:
@@ -256,7 +266,7 @@ def plan_layouts(
     moe = preset.shape.is_moe
     excluded = []
     tps = [t for t in TP_DEGREES if t <= machine.ranks_per_chip]
-    if machine.ranks_per_chip < max(TP_DEGREES):
+    if machine.device_type == "neuron" and machine.ranks_per_chip < max(TP_DEGREES):
         excluded.append(
             f"TP above {machine.ranks_per_chip} (one chip's ranks): its per-block "
             "collectives stay inside a chip (Neuron docs, training best practices: keep TP4 "
@@ -296,46 +306,13 @@ def plan_layouts(
                         device=machine.device_type,
                         out=out,
                     ).validate()
-                    # planned as a run off this machine plans it (no refusal, no files),
-                    # then its memory as the target's
-                    plan = plan_run(spec, device_type="cpu")
-                    plan = dataclasses.replace(
-                        plan,
-                        device_type=machine.device_type,
-                        attention=default_attention(machine.device_type),
-                    )
-                    memory = plan.memory()
-                    fits = memory.fits
-                    if free is not None:  # a CPU: every rank shares this machine's memory
-                        fits = memory.total_gib * per_node <= 0.9 * free
-                    if not fits:
+                    candidate, memory = evaluate(spec, machine, free_gib=free)
+                    if candidate is None:
                         rejected += 1
                         if closest is None or memory.total_gib < closest.total_gib:
                             closest = memory
-                        continue
-                    estimate = estimate_step(
-                        plan.shape,
-                        machine,
-                        nnodes=nodes,
-                        tp=plan.tp,
-                        dp_replicate=plan.dp_replicate,
-                        activation_checkpoint=plan.activation_checkpoint,
-                        local_batch=lb,
-                        seq_len=seq,
-                        reduce_bytes=2 if plan.reduce_dtype == "bfloat16" else 4,
-                    )
-                    candidates.append(
-                        Candidate(
-                            spec=spec,
-                            layout=plan.layout,
-                            tp=plan.tp,
-                            fsdp=plan.fsdp,
-                            dp_replicate=plan.dp_replicate,
-                            memory=memory,
-                            estimate=estimate,
-                            world=world,
-                        )
-                    )
+                    else:
+                        candidates.append(candidate)
     if not candidates:
         raise ConfigError(no_fit_message(name, nodes, seq, considered, closest, excluded))
     candidates.sort(key=lambda c: (-c.tokens_per_s, c.memory.total_gib))
@@ -349,6 +326,7 @@ def plan_layouts(
         rejected=rejected,
         considered=considered,
         excluded=excluded,
+        free_gib=free,
     )
 
 
@@ -384,3 +362,50 @@ def no_fit_message(
 
 
 _TOTALS = ("total GiB", "usable GiB (90%)", "HBM GiB")
+
+
+def evaluate(
+    spec: RunSpec, machine: Machine, *, free_gib: float | None = None
+) -> tuple[Candidate | None, MemoryEstimate]:
+    """``spec`` planned for ``machine``: a Candidate if it fits (None if not), its memory.
+
+    Planned by ``plan_run`` as for another machine (no refusal, no files), its memory
+    then taken as the target's (the runtime's share, the MoE kernel terms). On a CPU
+    (``free_gib``: this machine's free memory) every rank shares that memory.
+    """
+    from ..training.spec import default_attention, plan_run
+
+    plan = plan_run(spec, device_type="cpu")
+    plan = dataclasses.replace(
+        plan,
+        device_type=machine.device_type,
+        attention=default_attention(machine.device_type),
+    )
+    memory = plan.memory()
+    fits = memory.fits
+    if free_gib is not None:
+        fits = memory.total_gib * spec.nproc <= 0.9 * free_gib
+    if not fits:
+        return None, memory
+    estimate = estimate_step(
+        plan.shape,
+        machine,
+        nnodes=spec.nnodes,
+        tp=plan.tp,
+        dp_replicate=plan.dp_replicate,
+        activation_checkpoint=plan.activation_checkpoint,
+        local_batch=spec.local_batch_size,
+        seq_len=plan.seq_len,
+        reduce_bytes=2 if plan.reduce_dtype == "bfloat16" else 4,
+    )
+    candidate = Candidate(
+        spec=spec,
+        layout=plan.layout,
+        tp=plan.tp,
+        fsdp=plan.fsdp,
+        dp_replicate=plan.dp_replicate,
+        memory=memory,
+        estimate=estimate,
+        world=spec.world,
+    )
+    return candidate, memory
