@@ -136,7 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
         "backend: 64 for trn2's, 1 for tiny and 0.6b) on this CPU, one step: parameters and "
         "memory per rank (a one-rank preset: also against this machine's memory)",
     )
-    add_spec_arguments(dry, ("variant", "preset", "seq_len", "nproc", "nnodes", "moe_impl"))
+    add_spec_arguments(dry, ("variant", "preset", "seq_len", "nproc", "nnodes", "moe_impl",
+                             "tp", "dp_replicate", "activation_checkpoint",
+                             "local_batch_size", "skip_memory_check"))  # fmt: skip
     dry.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     dry.add_argument(
         "--layers",

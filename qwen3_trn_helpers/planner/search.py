@@ -50,10 +50,7 @@ class Candidate:
     memory: MemoryEstimate
     estimate: StepEstimate
     world: int
-
-    @property
-    def activation_checkpoint(self) -> str:
-        return self.spec.activation_checkpoint or "none"
+    activation_checkpoint: str
 
     @property
     def local_batch(self) -> int:
@@ -407,5 +404,6 @@ def evaluate(
         memory=memory,
         estimate=estimate,
         world=spec.world,
+        activation_checkpoint=plan.activation_checkpoint,
     )
     return candidate, memory

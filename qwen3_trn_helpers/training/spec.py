@@ -155,7 +155,9 @@ class RunSpec:
         False, "save the final weights as a Hugging Face folder (torchtitan's checkpointer)"
     )
     skip_memory_check: bool = _param(
-        False, "train even if the memory estimate exceeds this machine's free memory"
+        False,
+        "train (or dry-run) even if the memory estimate exceeds this machine's free memory "
+        "(on trn2: the share of a NeuronCore's HBM a plan may use)",
     )
     out: str | None = _param(None, "run folder (default: runs/<date-time>)")
     overwrite: bool = _param(False, "replace a previous run in --out (metrics and checkpoints)")
@@ -646,7 +648,7 @@ def plan_run(
             f"neuron_cores {spec.neuron_cores} chooses NeuronCores on a trn2, but this run "
             f"trains on {device!r}; drop --neuron-cores (or run it on trn2)"
         )
-    if device == "neuron":
+    if device == "neuron" and not spec.skip_memory_check:
         memory = plan.memory()
         if not memory.fits:
             raise ConfigError(
