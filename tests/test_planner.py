@@ -202,3 +202,25 @@ def test_plan_measure_times_two_candidates_on_this_cpu(capsys):
     assert len(rates) == 2 and all(r > 0 for r in rates) and rates == sorted(rates, reverse=True)
     planned = [c["argv"] for c in data["candidates"][:2]]
     assert sorted(map(str, planned)) == sorted(str(m["argv"]) for m in data["measure"])
+
+
+def test_the_planner_beside_awss_recipes():
+    """Notebook 04's anchors: AWS's layouts are among the candidates, so the planner's
+    choice is estimated at least as fast, and a difference comes with its reason."""
+    from qwen3_trn_helpers.lessons import planner_anchors
+
+    rows = planner_anchors()
+    assert [(r["model"], r["nodes"]) for r in rows] == [
+        ("Qwen3-4B", 1), ("Qwen3-30B-A3B", 1), ("Qwen3-30B-A3B", 2)
+    ]  # fmt: skip
+    assert rows[0]["AWS's layout"].startswith("TP 4 x FSDP 16, AC selective")
+    assert rows[1]["AWS's layout"].startswith("FSDP 64, AC full")
+    assert rows[2]["AWS's layout"].startswith("HSDP 2 x (FSDP 64), AC full")
+    for row in rows:
+        assert row["planner tokens/s (est.)"] >= row["AWS tokens/s (est.)"]
+        same = row["planner's layout"] == row["AWS's layout"]
+        assert (
+            row["why they differ"] == "the same layout"
+            if same
+            else "slower" in row["why they differ"] or "ties" in row["why they differ"]
+        )
