@@ -77,10 +77,11 @@ class Verification:
 
 def verify(candidate: Candidate, layers: int = 1) -> Verification:
     """Dry-run ``candidate`` (fake backend, ``layers`` blocks) and compare its state."""
+    from ..model.variants import get_variant
     from ..runs.dry_run import dry_run
 
     spec = candidate.spec.replace(device="auto")
-    if spec.variant == "nki_moe":
+    if get_variant(spec.variant).moe:
         spec = spec.replace(moe_impl="grouped_mm")
     report = dry_run(spec, layers=layers)
     return Verification(

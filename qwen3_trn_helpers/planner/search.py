@@ -10,7 +10,6 @@ checks (training/memory.py: every term) and its command trains exactly it. Those
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -366,18 +365,13 @@ def evaluate(
 ) -> tuple[Candidate | None, MemoryEstimate]:
     """``spec`` planned for ``machine``: a Candidate if it fits (None if not), its memory.
 
-    Planned by ``plan_run`` as for another machine (no refusal, no files), its memory
-    then taken as the target's (the runtime's share, the MoE kernel terms). On a CPU
-    (``free_gib``: this machine's free memory) every rank shares that memory.
+    Planned by ``plan_run`` for the target machine as a run there is (no files read),
+    without its refusal, so that a layout over the limit still has its numbers. On a
+    CPU (``free_gib``: this machine's free memory) every rank shares that memory.
     """
-    from ..training.spec import default_attention, plan_run
+    from ..training.spec import plan_run
 
-    plan = plan_run(spec, device_type="cpu")
-    plan = dataclasses.replace(
-        plan,
-        device_type=machine.device_type,
-        attention=default_attention(machine.device_type),
-    )
+    plan = plan_run(spec.replace(skip_memory_check=True), device_type=machine.device_type)
     memory = plan.memory()
     fits = memory.fits
     if free_gib is not None:
