@@ -29,18 +29,18 @@ def _matches_card(count: int, printed: float) -> bool:
     return abs(count / 1e9 - printed) < 10**-digits
 
 
-@pytest.mark.parametrize("name", list(FAMILY))
-def test_family_parameter_counts_match_the_model_cards(name):
-    model = FAMILY[name]
-    shape = PRESETS[model.preset].shape
-    total = shape.parameter_count()  # torchtitan's Qwen3 of this shape, on the meta device
-    assert _matches_card(total, model.total_b), (total, model.total_b)
-    non_embedding = total - embedding_parameter_count(shape)
-    assert _matches_card(non_embedding, model.non_embedding_b), (non_embedding, model)
-    if model.activated_b is not None:
-        assert shape.is_moe
-        active = active_parameter_count(shape)
-        assert _matches_card(active, model.activated_b), (active, model.activated_b)
+def test_family_parameter_counts_match_the_model_cards():
+    misses = []
+    for model in FAMILY.values():
+        shape = PRESETS[model.preset].shape
+        total = shape.parameter_count()  # torchtitan's Qwen3 of this shape, on meta
+        non_embedding = total - embedding_parameter_count(shape)
+        counts = [(total, model.total_b), (non_embedding, model.non_embedding_b)]
+        if model.activated_b is not None:
+            assert shape.is_moe
+            counts.append((active_parameter_count(shape), model.activated_b))
+        misses += [(model.name, n, card) for n, card in counts if not _matches_card(n, card)]
+    assert not misses
 
 
 def test_a_wrong_shape_misses_the_card():
@@ -71,11 +71,11 @@ def test_find_model_takes_published_and_preset_names():
         find_model("Qwen3-9B")
 
 
-@pytest.mark.parametrize("name", ["1.7b", "8b", "14b", "32b"])
-def test_each_dense_family_preset_fits_one_trn2(name):
+def test_each_dense_family_preset_fits_one_trn2():
     """Its starting layout passes the same memory check a trn2 run makes."""
-    plan = plan_run(RunSpec(preset=name, nproc=64, out="x"), device_type="neuron")
-    assert plan.memory().fits and plan.world_size == 64
+    for name in ("1.7b", "8b", "14b", "32b"):
+        plan = plan_run(RunSpec(preset=name, nproc=64, out="x"), device_type="neuron")
+        assert plan.memory().fits and plan.world_size == 64
 
 
 def test_runspec_layout_fields_reach_the_plan():
@@ -171,6 +171,7 @@ def test_plan_json_from_the_command_line(capsys):
         (["--model", "Qwen3-9B"], "error: unknown model 'Qwen3-9B'"),
         (["--model", "tiny", "--measure"], "error: plan --measure trains the candidates on"),
         (["--model", "tiny", "--nproc", "2"], "error: --nproc sets a CPU plan's ranks"),
+        (["--model", "8b", "--nodes", "2", "--measure"], "error: plan --measure trains the"),
     ],
 )
 def test_plan_mistakes_are_one_error_line(capsys, argv, message):

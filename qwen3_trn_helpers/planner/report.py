@@ -20,6 +20,11 @@ def plan_command(args: argparse.Namespace) -> tuple[str, bool]:
             "--nproc sets a CPU plan's ranks; a trn2 plan has one rank per logical core "
             "(64 at LNC 2): drop --nproc, or plan --device cpu"
         )
+    if args.measure and args.nodes > 1:
+        raise ConfigError(
+            "plan --measure trains the candidates on this machine only: time them with "
+            "--nodes 1 (the layout inside a node), or run the printed slurm command"
+        )
     if args.measure and args.device == "neuron":
         from ..device import resolve_device
 
