@@ -351,8 +351,11 @@ def no_fit_message(
             "not shrink with more nodes)"
         )
         if any(e.startswith("EP excluded") for e in excluded):
-            text += "; a model this size needs expert or tensor parallelism over its experts, "
-            text += "which this package's blockwise experts do not support yet (see plan's notes)"
+            text += (
+                "; a model this size needs expert or tensor parallelism over its experts, "
+                "which this package's blockwise experts do not support yet (they compute "
+                "every expert on each rank: model/moe_blockwise.py)"
+            )
         return text
     return text + "; plan more nodes (--nodes), a shorter --seq-len, or a smaller model"
 
