@@ -136,7 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
         "backend: 64 for trn2's, 1 for tiny and 0.6b) on this CPU, one step: parameters and "
         "memory per rank (a one-rank preset: also against this machine's memory)",
     )
-    add_spec_arguments(dry, ("variant", "preset", "seq_len", "nproc", "nnodes", "moe_impl"))
+    add_spec_arguments(dry, ("variant", "preset", "seq_len", "nproc", "nnodes", "moe_impl",
+                             "tp", "dp_replicate", "activation_checkpoint",
+                             "local_batch_size", "skip_memory_check"))  # fmt: skip
     dry.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     dry.add_argument(
         "--layers",
@@ -144,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="build only this many layers (same layout; a quick check of a big preset)",
     )
+
+    add_plan_parser(sub, debug)
 
     smoke = sub.add_parser(
         "smoke",
@@ -231,6 +235,54 @@ def build_parser() -> argparse.ArgumentParser:
         help="leave out the local 'published' checkpoints (laptops then pretrain them, ~1.5 min)",
     )
     return parser
+
+
+def add_plan_parser(sub: Any, debug: argparse.ArgumentParser) -> None:
+    """``qwen3-trn plan``: the layout planner's flags (planner/)."""
+    positive = lambda t: _number(int, 1, t)  # noqa: E731
+    plan = sub.add_parser(
+        "plan",
+        parents=[debug],
+        help="which layout for a Qwen3 on N trn2 nodes: every one that fits in memory, "
+        "ranked by an estimated step time, and the command that trains the best",
+    )
+    plan.add_argument("--model", required=True,
+                      help="Qwen3-0.6B, -1.7B, -4B, -8B, -14B, -32B, -30B-A3B, -235B-A22B "
+                      "or a preset name")  # fmt: skip
+    plan.add_argument("--nodes", type=positive, default=1, help="trn2.48xlarge nodes")
+    plan.add_argument("--seq-len", type=positive, default=None,
+                      help="tokens per sequence (default: the preset's)")  # fmt: skip
+    plan.add_argument("--local-batch-size", type=positive, default=None,
+                      help="fix the local batch (default: try 1, 2, 4, 8)")  # fmt: skip
+    plan.add_argument("--device", choices=("neuron", "cpu"), default="neuron",
+                      help="plan for trn2 nodes (default) or for this CPU's ranks "
+                      "(the mechanism, where there is no Trainium)")  # fmt: skip
+    plan.add_argument("--nproc", type=positive, default=None, help="--device cpu: ranks")
+    plan.add_argument("--top", type=positive, default=5, help="rows shown (default 5)")
+    plan.add_argument("--json", action="store_true", help="one JSON object instead of tables")
+    plan.add_argument("--verify", action="store_true",
+                      help="dry-run the best layout at full width with torchtitan's fake "
+                      "backend and compare its sharded state with the estimate")  # fmt: skip
+    plan.add_argument("--verify-layers", type=positive, default=1,
+                      help="blocks the --verify dry run builds (default 1)")  # fmt: skip
+    plan.add_argument("--measure", action="store_true",
+                      help="train the top candidates a few steps on this machine's device "
+                      "and rank them by measured tokens/s")  # fmt: skip
+    plan.add_argument("--measure-top", type=positive, default=2,
+                      help="candidates --measure trains (default 2)")  # fmt: skip
+    plan.add_argument("--steps", type=positive, default=3,
+                      help="steps per measured candidate (default 3; the first warms up)",
+                      )  # fmt: skip
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from .planner.report import plan_command
+
+    on_hub = args.measure and args.device == "neuron"  # trn2 presets train on C4
+    args.scope.enter_context(hub_offline(not on_hub))
+    text, ok = plan_command(args)
+    print(text)
+    return 0 if ok else EXIT_FAILED
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -475,6 +527,7 @@ COMMANDS = {
     "reproduce": _cmd_reproduce,
     "parity": _cmd_parity,
     "dry-run": _cmd_dry_run,
+    "plan": _cmd_plan,
     "smoke": _cmd_smoke,
     "slurm": _cmd_slurm,
     "k8s": _cmd_k8s,

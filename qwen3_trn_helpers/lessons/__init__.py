@@ -30,6 +30,7 @@ EXPORTS = {
     "padding_rows": "moe_blocks",
     "params_and_flops_per_token": "scaling",
     "parity": "logits_parity",
+    "planner_anchors": "layouts",
     "predicted_loss": "init_loss",
     "predicted_sigma": "init_loss",
     "reproduce": "reproduction",

@@ -16,7 +16,19 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
-from .shapes import QWEN3_0_6B, QWEN3_4B_2507, QWEN3_30B_A3B, TINY, TINY_MOE, Qwen3Shape
+from .shapes import (
+    QWEN3_0_6B,
+    QWEN3_1_7B,
+    QWEN3_4B_2507,
+    QWEN3_8B,
+    QWEN3_14B,
+    QWEN3_30B_A3B,
+    QWEN3_32B,
+    QWEN3_235B_A22B,
+    TINY,
+    TINY_MOE,
+    Qwen3Shape,
+)
 
 
 @dataclass(frozen=True)
@@ -134,6 +146,34 @@ PRESETS: dict[str, Preset] = {
             reduce_dtype="bfloat16",
             corpus="c4",
             lr=3e-4,
+        ),
+        # The rest of the published family (model/family.py), each with a starting layout
+        # for one trn2.48xlarge that the memory model fits (a test checks it); `qwen3-trn
+        # plan --model NAME --nodes N` chooses a faster one, or one for several nodes
+        # (235b-a22b needs at least 4: FSDP across nodes, --dp-replicate 1).
+        *(
+            Preset(
+                name=name,
+                shape=shape,
+                description=f"Qwen/{hub} on a trn2.48xlarge (a starting layout; see plan)",
+                hub_id=f"Qwen/{hub}",
+                seq_len=4096,
+                world_size=64,
+                layout=Layout(tp=tp),
+                activation_checkpoint=checkpointing,
+                loss_chunks=8 if shape.is_moe else 1,
+                moe_block_size=256 if shape.is_moe else 0,
+                reduce_dtype="bfloat16" if shape.is_moe else "float32",
+                corpus="c4",
+                lr=3e-4,
+            )
+            for name, hub, shape, tp, checkpointing in (
+                ("1.7b", "Qwen3-1.7B", QWEN3_1_7B, 1, "selective"),
+                ("8b", "Qwen3-8B", QWEN3_8B, 4, "selective"),
+                ("14b", "Qwen3-14B", QWEN3_14B, 4, "selective"),
+                ("32b", "Qwen3-32B", QWEN3_32B, 4, "full"),
+                ("235b-a22b", "Qwen3-235B-A22B", QWEN3_235B_A22B, 1, "full"),
+            )
         ),
     )
 }

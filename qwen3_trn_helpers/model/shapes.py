@@ -197,6 +197,85 @@ QWEN3_30B_A3B = Qwen3Shape(
 )
 
 
+#: The rest of the published Qwen3 family (the planner's models). Each is the model
+#: card's config.json on the hub (Qwen/Qwen3-1.7B, -8B, -14B, -32B, -235B-A22B), and
+#: torchtitan 0.3.0's own flavors of the same names (torchtitan/models/qwen3/__init__.py:
+#: "1.7B", "8B", "14B", "32B", "235B-A22B") hold the same numbers; a test builds each on
+#: the meta device and checks its parameter count against the model card's figure.
+QWEN3_1_7B = Qwen3Shape(
+    dim=2048,
+    n_layers=28,
+    n_heads=16,
+    n_kv_heads=8,
+    head_dim=128,
+    hidden_dim=6144,
+    rope_theta=1_000_000.0,
+    max_seq_len=40960,
+)
+QWEN3_8B = Qwen3Shape(
+    dim=4096,
+    n_layers=36,
+    n_heads=32,
+    n_kv_heads=8,
+    head_dim=128,
+    hidden_dim=12288,
+    rope_theta=1_000_000.0,
+    max_seq_len=40960,
+    tie_embeddings=False,
+)
+QWEN3_14B = Qwen3Shape(
+    dim=5120,
+    n_layers=40,
+    n_heads=40,
+    n_kv_heads=8,
+    head_dim=128,
+    hidden_dim=17408,
+    rope_theta=1_000_000.0,
+    max_seq_len=40960,
+    tie_embeddings=False,
+)
+QWEN3_32B = Qwen3Shape(
+    dim=5120,
+    n_layers=64,
+    n_heads=64,
+    n_kv_heads=8,
+    head_dim=128,
+    hidden_dim=25600,
+    rope_theta=1_000_000.0,
+    max_seq_len=40960,
+    tie_embeddings=False,
+)
+QWEN3_235B_A22B = Qwen3Shape(
+    dim=4096,
+    n_layers=94,
+    n_heads=64,
+    n_kv_heads=4,
+    head_dim=128,
+    hidden_dim=12288,  # intermediate_size: unused, every layer is MoE
+    rope_theta=1_000_000.0,
+    max_seq_len=40960,
+    tie_embeddings=False,
+    n_experts=128,
+    top_k=8,
+    moe_hidden_dim=1536,
+)
+
+
+def active_parameter_count(shape: Qwen3Shape) -> int:
+    """Parameters one token passes through: all of a dense model; for an MoE, every
+    expert's share but ``top_k`` of ``n_experts`` (what a model card calls "activated")."""
+    n = shape.parameter_count()
+    if not shape.is_moe:
+        return n
+    per_expert = 3 * shape.dim * shape.moe_hidden_dim
+    return n - shape.n_layers * (shape.n_experts - shape.top_k) * per_expert
+
+
+def embedding_parameter_count(shape: Qwen3Shape) -> int:
+    """The vocabulary table(s): one when tied, the embedding and the output layer if not."""
+    return shape.vocab_size * shape.dim * (1 if shape.tie_embeddings else 2)
+
+
 def native_model_config(shape: Qwen3Shape):
     """torchtitan's own Qwen3 model config for ``shape`` (dense or MoE).
 

@@ -97,11 +97,13 @@ class Plan:
 
     @property
     def layout_reason(self) -> str:
+        if self.spec.tp is not None or self.spec.dp_replicate is not None:
+            return "the layout asked for (--tp / --dp-replicate, e.g. qwen3-trn plan's choice)"
         return layout_reason(self.preset, self.nnodes)
 
     @property
     def activation_checkpoint(self) -> str:
-        return self.preset.activation_checkpoint
+        return self.spec.activation_checkpoint or self.preset.activation_checkpoint
 
     @property
     def loss_chunks(self) -> int:
@@ -285,7 +287,10 @@ def memory_fit_problem(plan: Plan, free_gib: float | None = None) -> str | None:
                 "reproduce does), or train a smaller preset in this process"
             )
         else:
-            fix = "shorten --seq-len or use activation checkpointing"
+            fix = (
+                "shorten --seq-len or use activation checkpointing, or let `qwen3-trn plan "
+                f"--model {preset.name} --nodes N` find a layout that fits"
+            )
         return (
             f"preset {preset.name!r} on {plan.world_size} rank(s) needs about "
             f"{memory.total_gib:.1f} GiB per NeuronCore, more than the "
@@ -381,8 +386,18 @@ def plan_run(
             f"tokens ({source}); use a shorter --seq-len"
         )
     world = nproc * nnodes
-    replicas = replicas_for(preset, nnodes)
-    tp = preset.layout.tp if (world // replicas) % preset.layout.tp == 0 else 1
+    replicas = spec.dp_replicate or replicas_for(preset, nnodes)
+    if world % replicas:
+        raise ConfigError(
+            f"dp_replicate {replicas} must divide the {world} ranks (each replica holds one "
+            "sharded copy of the model); use a divisor of the ranks, e.g. the node count"
+        )
+    tp = spec.tp or (preset.layout.tp if (world // replicas) % preset.layout.tp == 0 else 1)
+    if (world // replicas) % tp:
+        raise ConfigError(
+            f"tensor parallel degree {tp} must divide the {world // replicas} ranks of a "
+            "replica; use a divisor (1, 2 or 4 on trn2: one chip's logical cores)"
+        )
     if shape.n_heads % tp or shape.n_kv_heads % tp:
         raise ConfigError(
             f"tensor parallel degree {tp} must divide the {shape.n_heads} query and "
@@ -470,7 +485,8 @@ def plan_run(
         moe_block_size=moe_block,
         tokenizer_dir=tokenizer_dir,
     )
-    if device == "neuron":  # (a CPU's free memory is asked where a run starts: run())
+    # (a CPU's free memory is asked where a run starts: run())
+    if device == "neuron" and not spec.skip_memory_check:
         problem = memory_fit_problem(plan)
         if problem:
             raise ConfigError(problem)

@@ -27,6 +27,7 @@ from ..model.variants import VARIANTS
 ATTENTION = ("auto", "document", "causal", "flex")
 MOE_IMPLS = ("blockwise", "grouped_mm")
 PRECISIONS = ("bfloat16", "float32")
+ACTIVATION_CHECKPOINTING = ("none", "selective", "full")
 #: torchtitan 0.3.0's ``ParallelismConfig.spmd_backend`` values (a Literal there; its
 #: default is "spmd_types"); a test compares this tuple with torchtitan's.
 SPMD_BACKENDS = ("spmd_types", "full_dtensor", "partial_dtensor")
@@ -55,6 +56,21 @@ class RunSpec:
     )
     steps: int = _param(10, "optimizer steps", positive=True)
     local_batch_size: int = _param(1, "sequences per rank per step", positive=True)
+    # The layout, when not the preset's (what `qwen3-trn plan` prints for a chosen one)
+    tp: int | None = _param(
+        None, "tensor parallel degree (default: the preset's layout)", positive=True
+    )
+    dp_replicate: int | None = _param(
+        None,
+        "HSDP replicas (torchtitan's data_parallel_replicate_degree; 1: FSDP over every "
+        "rank, across nodes too). Default: one per node for a trn2 preset, else 1",
+        positive=True,
+    )
+    activation_checkpoint: str | None = _param(
+        None,
+        "torchtitan activation checkpointing (default: the preset's)",
+        choices=ACTIVATION_CHECKPOINTING,
+    )
     seq_len: int | None = _param(None, "tokens per sequence (default: the preset's)", positive=True)
     init: str = _param(
         "random",
@@ -138,7 +154,9 @@ class RunSpec:
         False, "save the final weights as a Hugging Face folder (torchtitan's checkpointer)"
     )
     skip_memory_check: bool = _param(
-        False, "train even if the memory estimate exceeds this machine's free memory"
+        False,
+        "train (or dry-run) even if the memory estimate exceeds this machine's free memory "
+        "(on trn2: the share of a NeuronCore's HBM a plan may use)",
     )
     out: str | None = _param(None, "run folder (default: runs/<date-time>)")
     overwrite: bool = _param(False, "replace a previous run in --out (metrics and checkpoints)")
