@@ -430,8 +430,9 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from .device import device_report, torchtitan_stack
+    from .device import device_report
     from .lessons.preflight import cpu_matmul_peak
+    from .stack import torchtitan_stack
 
     report = device_report()
     print(report)

@@ -33,6 +33,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from .errors import DeviceError
+from .stack import installed_version as _version
+from .stack import torchtitan_stack
 from .without_triton import triton_summary
 
 DEVICE_TYPES = ("auto", "neuron", "cuda", "cpu")
@@ -194,13 +196,6 @@ class CpuDeviceModule:
 CPU_DEVICE_MODULE = CpuDeviceModule()
 
 
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 #: ``neuron-ls`` JSON flags, newest first. Neuron 2.34 removes ``--json-output`` (``-j``)
 #: and selects its updated JSON with ``--output-format json`` (end-of-support notice of
 #: 16 Oct 2026, announce-intent-eos-neuron-ls-json); up to 2.33 only ``--json-output``
@@ -278,68 +273,6 @@ def neuron_ls_query() -> tuple[list[dict] | None, str]:
 def neuron_ls() -> list[dict] | None:
     """One object per Trainium chip (None without the tool or without a readable list)."""
     return neuron_ls_query()[0]
-
-
-@dataclass(frozen=True)
-class TorchtitanStack:
-    """Which torchtitan this process imports, and whether AWS's fork is also installed.
-
-    We train with upstream torchtitan 0.3.0 from this project's ``.venv``. On trn2 that
-    venv also reads the Neuron venv's packages (scripts/setup.sh), where a user may have
-    installed AWS's fork (aws-neuron/torchtitan-neuron: its own ``torchtitan`` plus the
-    ``torchtitan_neuron`` module). Our ``.venv`` comes first on ``sys.path``, so the fork's
-    ``torchtitan`` is shadowed: worth one line, never silence.
-    """
-
-    version: str | None
-    location: str | None
-    fork: str | None  # where AWS's fork is installed, if it is
-
-    @property
-    def warning(self) -> str | None:
-        if self.fork is None:
-            return None
-        return (
-            f"AWS's torchtitan fork is installed ({self.fork}); this process imports "
-            f"torchtitan {self.version} from {self.location}, which shadows it: qwen3-trn "
-            "runs upstream 0.3.0 (README, On Trainium, Notes on the Neuron stack)"
-        )
-
-
-def find_torchtitan_fork(paths: list[str] | None = None) -> str | None:
-    """Where aws-neuron/torchtitan-neuron is installed on ``paths`` (default: sys.path).
-
-    Looks for the fork's own module (``torchtitan_neuron``) or its distribution (named
-    ``torchtitan-neuron``, or ``torchtitan`` with a ``+neuron`` version, as its
-    0.2.2+neuron.1), without importing anything.
-    """
-    from pathlib import Path
-
-    for entry in paths if paths is not None else sys.path:
-        folder = Path(entry or ".")
-        if not folder.is_dir():
-            continue
-        if (folder / "torchtitan_neuron").is_dir():
-            return str(folder / "torchtitan_neuron")
-        for dist in metadata.distributions(path=[str(folder)]):
-            name = (dist.metadata.get("Name") or "").lower().replace("_", "-")
-            version = dist.version or ""
-            if name == "torchtitan-neuron" or (name == "torchtitan" and "neuron" in version):
-                return f"{name} {version} in {folder}"
-    return None
-
-
-def torchtitan_stack(paths: list[str] | None = None) -> TorchtitanStack:
-    """The torchtitan this interpreter imports (version, folder) and the fork, if any."""
-    from importlib.util import find_spec
-
-    spec = find_spec("torchtitan")  # top-level: found, not imported
-    location = None
-    if spec is not None and spec.origin:
-        from pathlib import Path
-
-        location = str(Path(spec.origin).parent)
-    return TorchtitanStack(_version("torchtitan"), location, find_torchtitan_fork(paths))
 
 
 @dataclass(frozen=True)

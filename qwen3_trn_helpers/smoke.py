@@ -349,7 +349,7 @@ def _skip(reason: str) -> None:
 
 def _torchtitan_line() -> str:
     """torchtitan's version and folder, and a warning when AWS's fork is installed too."""
-    from .device import torchtitan_stack
+    from .stack import torchtitan_stack
 
     stack = torchtitan_stack()
     line = f"torchtitan {stack.version} from {stack.location}"

@@ -14,6 +14,7 @@ LAYERS = [
         "without_triton",
         "trn2",
         "torchtitan_internals",
+        "stack",
         "device",
         "assets",
         "corpus",

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from qwen3_trn_helpers import device, smoke
+from qwen3_trn_helpers import stack as torchtitan_stacks
 from qwen3_trn_helpers.smoke import TrainingCheck, check_training_run
 
 # recorded: a CPU run's first metrics line (qwen3-trn train, tiny native, 2026-11-30)
@@ -231,7 +232,7 @@ def test_neuron_ls_without_json_is_one_line(tmp_path, monkeypatch):
 
 
 def test_torchtitan_stack_says_where_it_comes_from():
-    stack = device.torchtitan_stack(paths=[])
+    stack = torchtitan_stacks.torchtitan_stack(paths=[])
     assert stack.version == "0.3.0" and stack.location.endswith("torchtitan")
     assert stack.fork is None and stack.warning is None
 
@@ -248,6 +249,6 @@ def test_the_fork_in_the_neuron_venv_is_reported(tmp_path, how):
         (info / "METADATA").write_text(
             "Metadata-Version: 2.1\nName: torchtitan\nVersion: 0.2.2+neuron.1\n"
         )
-    stack = device.torchtitan_stack(paths=[str(tmp_path / "nothing"), str(site)])
+    stack = torchtitan_stacks.torchtitan_stack(paths=[str(tmp_path / "nothing"), str(site)])
     assert stack.fork is not None and str(site) in stack.fork
     assert "shadows it" in stack.warning and "torchtitan 0.3.0" in stack.warning
