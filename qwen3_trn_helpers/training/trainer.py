@@ -41,6 +41,7 @@ from torchtitan.trainer import Trainer
 from ..errors import ConfigError, NonFiniteLoss, TrainingError
 from ..model.variants import BlockwiseMoE, TorchtitanQwen3, TransformersV5, Variant
 from . import patches
+from .compile import use_package_caches
 from .patches import Patch
 from .spec import Plan
 
@@ -85,6 +86,9 @@ class _RunScope:
             world = world_size()
             parts = variant_parts(get_variant(options.variant))
             self._scope.enter_context(patches.run_patches(parts.patches, options.device, world))
+            self._compiles = config.compile.enable  # --compile, or torchtitan's --compile.enable
+            if self._compiles:
+                use_package_caches(options.device)
             super().__init__(config)  # type: ignore[call-arg]
             if options.device == "cpu" and world > 1:
                 force_sum_reduction_for_gloo(self.model_parts)
@@ -153,6 +157,11 @@ class _RunScope:
 
         if getattr(self, "_owns_process_group", False) and dist.is_initialized():
             dist.destroy_process_group()
+        if getattr(self, "_compiles", False):
+            # dynamo's in-memory code cache holds this run's graphs, guarded on its model;
+            # a notebook or test that trains again would pile up recompiles until dynamo's
+            # limit silently runs blocks eager. Inductor's on-disk cache stays.
+            torch._dynamo.reset()
         self._scope.close()
 
 
@@ -271,6 +280,7 @@ def trainer_config(
     from ..assets import ensure_tokenizer
     from ..corpus import dataset_args
     from .checkpoint import Qwen3TrnCheckpointManager
+    from .compile import compile_config
     from .metrics import Qwen3TrnMetrics
 
     if plan.pretrained_pending:
@@ -327,6 +337,7 @@ def trainer_config(
             exclude_from_loading=["dataloader"] if skip_dataloader_state else [],
         ),
         activation_checkpoint=activation_checkpoint_config(plan.activation_checkpoint),
+        compile=compile_config(spec.compile, plan.device_type),
         comm=CommConfig(trace_buf_size=0, mode=comm_mode),
         debug=DebugConfig(seed=spec.seed),
         override=OverrideConfig(

@@ -1,0 +1,147 @@
+"""``--compile``: the config it makes, graph-safe model code, and compiled = eager losses.
+
+The cheap tests compile small pieces with dynamo (``aot_eager``: capture and autograd,
+no code generation). The slow ones train each variant eager and compiled (inductor) in
+fp32 and compare the losses step by step; they share one inductor cache (the package's,
+``training/compile.py``), so a second session skips most of the compile.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from torchtitan.models.common.attention import create_varlen_metadata_for_document
+
+from qwen3_trn_helpers.model.attention import DocumentMaskedSDPA
+from qwen3_trn_helpers.model.moe_blockwise import blockwise_mapping
+from qwen3_trn_helpers.training import compile as tc
+from qwen3_trn_helpers.training.spec import RunSpec, plan_run
+
+# --- the config ------------------------------------------------------------------------
+
+
+def test_compile_flag_maps_to_torchtitans_compile_section(tmp_path):
+    from qwen3_trn_helpers.training.trainer import trainer_config
+
+    off = trainer_config(plan_run(RunSpec(out=str(tmp_path))), tmp_path)
+    assert off.compile.enable is False
+    on = trainer_config(plan_run(RunSpec(compile=True, out=str(tmp_path))), tmp_path)
+    assert (on.compile.enable, on.compile.backend) == (True, "inductor")
+    assert on.compile.components == ["model", "loss"]
+    # planned for a trn2: AWS's documented backend name (Neuron 2.33 docs)
+    assert tc.compile_config(True, "neuron").backend == "neuron"
+
+
+def test_cli_has_the_compile_flag():
+    from qwen3_trn_helpers.cli import build_parser, spec_from_args
+
+    args = build_parser().parse_args(["train", "--compile", "--steps", "2"])
+    assert spec_from_args(args).compile is True
+    assert RunSpec(compile=True).to_argv() == ["--compile"]  # what every rank receives
+
+
+def test_package_cache_is_set_only_where_the_user_chose_none(tmp_path, monkeypatch):
+    monkeypatch.setenv("QWEN3_TRN_CACHE", str(tmp_path))
+    env: dict[str, str] = {}
+    assert tc.use_package_caches("cpu", env) == {tc.INDUCTOR_CACHE_VAR: str(tmp_path / "inductor")}
+    assert tc.use_package_caches("neuron", env) == {tc.NEFF_CACHE_VAR: str(tmp_path / "neff")}
+    mine = {tc.INDUCTOR_CACHE_VAR: "/elsewhere"}
+    assert tc.use_package_caches("cpu", mine) == {} and mine[tc.INDUCTOR_CACHE_VAR] == "/elsewhere"
+
+
+# --- graph-safe model code ---------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_document_attention_compiles_with_symbolic_document_counts(fresh_dynamo):
+    """The bug a user met with --compile.enable: SDPA got a SymBool for ``is_causal``.
+
+    ``dynamic=True`` makes the document count symbolic from the first call, as dynamo's
+    automatic dynamic shapes do after the count changes once in training.
+    """
+    attn = DocumentMaskedSDPA.Config().build()
+    compiled = torch.compile(attn, backend="aot_eager", fullgraph=True, dynamic=True)
+    torch.manual_seed(0)
+    for positions in (
+        torch.arange(16).expand(2, 16),  # one document per sample: is_causal
+        torch.tensor([list(range(5)) + list(range(11)), list(range(16))]),  # 3 documents
+        torch.tensor([list(range(3)) + list(range(6)) + list(range(7)), list(range(16))]),
+    ):
+        q, k, v = (torch.randn(2, 16, n, 8) for n in (4, 2, 2))
+        meta = create_varlen_metadata_for_document(positions)
+        got = compiled(q, k, v, attention_masks=meta, enable_gqa=True)
+        want = attn(q, k, v, attention_masks=meta, enable_gqa=True)
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+def test_blockwise_mapping_is_one_graph(fresh_dynamo):
+    """The MoE routing -> blocks map captures whole: no value read back, static sizes."""
+    compiled = torch.compile(blockwise_mapping, backend="aot_eager", fullgraph=True)
+    g = torch.Generator().manual_seed(0)
+    for skew in (0.0, 3.0):  # balanced, and most tokens on a few experts
+        logits = torch.randn(64, 8, generator=g) - skew * torch.arange(8.0)
+        ids = logits.topk(2, dim=-1).indices
+        for got, want in zip(compiled(ids, 8, 16), blockwise_mapping(ids, 8, 16), strict=True):
+            torch.testing.assert_close(got, want)
+
+
+# --- compiled training = eager training (fp32) --------------------------------------------
+
+TOLERANCE = 1e-3
+FP32 = dict(steps=3, mixed_precision="float32", progress=False, seed=0)
+
+
+@pytest.fixture(scope="session")
+def compiled_and_eager(tmp_path_factory):
+    """Each variant, 3 fp32 steps on one rank, eager then compiled: losses per step."""
+    from qwen3_trn_helpers import run
+
+    losses = {}
+    for variant in ("native", "transformers_v5", "nki_moe"):
+        root = tmp_path_factory.mktemp(f"compile_{variant}")
+        eager = run(variant, out=str(root / "eager"), **FP32).losses
+        compiled = run(variant, out=str(root / "compiled"), compile=True, **FP32).losses
+        losses[variant] = (eager, compiled)
+    return losses
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["native", "transformers_v5", "nki_moe"])
+def test_compiled_losses_equal_eager_one_rank(compiled_and_eager, variant):
+    eager, compiled = compiled_and_eager[variant]
+    assert len(eager) == len(compiled) == FP32["steps"]
+    diffs = [abs(a - b) for a, b in zip(eager, compiled, strict=True)]
+    assert max(diffs) <= TOLERANCE, (variant, eager, compiled)
+
+
+@pytest.mark.slow
+def test_compiled_losses_equal_eager_two_ranks_fsdp(tmp_path):
+    """2 ranks, FSDP over gloo: the compiled blocks inside FSDP's all-gathers."""
+    from qwen3_trn_helpers import run
+
+    two = dict(FP32, nproc=2, seq_len=64)
+    eager = run("native", out=str(tmp_path / "eager"), **two).losses
+    compiled = run("native", out=str(tmp_path / "compiled"), compile=True, **two).losses
+    diffs = [abs(a - b) for a, b in zip(eager, compiled, strict=True)]
+    assert len(diffs) == two["steps"] and max(diffs) <= TOLERANCE, (eager, compiled)
+
+
+@pytest.mark.slow
+def test_torchtitans_own_entry_point_with_compile_enable(tmp_path):
+    """The command of the bug report, through torchtitan's entry point (2 steps)."""
+    cmd = [sys.executable, "-m", "torchtitan.train", "--module", "qwen3_trn_helpers",
+           "--config", "qwen3_trn_tiny_native", "--training.steps", "2", "--compile.enable",
+           "--dump_folder", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Compiling each TransformerBlock with torch.compile" in proc.stderr + proc.stdout
+    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 2
