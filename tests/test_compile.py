@@ -52,6 +52,23 @@ def test_package_cache_is_set_only_where_the_user_chose_none(tmp_path, monkeypat
     assert tc.use_package_caches("cpu", mine) == {} and mine[tc.INDUCTOR_CACHE_VAR] == "/elsewhere"
 
 
+def test_every_trn2_launch_names_one_neff_cache(tmp_path, monkeypatch):
+    """One node: the package cache's folder; several: one folder on shared storage."""
+    from qwen3_trn_helpers.runs.neuron_cores import neuron_rank_environment
+    from qwen3_trn_helpers.runs.schedulers import pytorchjob_manifest, slurm_script
+
+    monkeypatch.setenv("QWEN3_TRN_CACHE", str(tmp_path))
+    assert neuron_rank_environment({})[tc.NEFF_CACHE_VAR] == str(tmp_path / "neff")
+    chosen = {tc.NEFF_CACHE_VAR: "/fsx/cache"}  # a job script's, or the user's: kept
+    assert neuron_rank_environment(chosen)[tc.NEFF_CACHE_VAR] == "/fsx/cache"
+    spec = RunSpec(nproc=64, nnodes=2, out="/fsx/runs/q4b", device="neuron")
+    assert f"export {tc.NEFF_CACHE_VAR}=/fsx/runs/neff-cache" in slurm_script(spec, on_trn2=True)
+    pod = pytorchjob_manifest(spec, on_trn2=True, image="x")["spec"]["pytorchReplicaSpecs"]
+    for replica in pod.values():
+        env = replica["template"]["spec"]["containers"][0]["env"]
+        assert {"name": tc.NEFF_CACHE_VAR, "value": "/fsx/runs/neff-cache"} in env
+
+
 # --- graph-safe model code ---------------------------------------------------------------
 
 
