@@ -162,3 +162,28 @@ def test_torchtitans_own_entry_point_with_compile_enable(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Compiling each TransformerBlock with torch.compile" in proc.stderr + proc.stdout
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 2
+
+
+# --- notebook 06 ---------------------------------------------------------------------------
+
+
+def test_s06_graph_break_found_and_removed(fresh_dynamo):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "notebooks/solutions/s06_graph_capture.py"
+    spec = importlib.util.spec_from_file_location("s06_graph_capture", path)
+    s06 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(s06)
+    before, after, diff = s06.exercise_1()
+    assert (before["graphs"], before["graph breaks"]) == (2, 1)
+    assert "item()" in before["break reasons"][0]
+    assert (after["graphs"], after["graph breaks"]) == (1, 0) and diff == 0.0
+
+
+def test_compile_settings_name_the_backend_and_cache_per_device():
+    from qwen3_trn_helpers.lessons import compile_settings
+
+    here, trn2 = compile_settings()
+    assert (here["backend"], here["cache variable"]) == ("inductor", tc.INDUCTOR_CACHE_VAR)
+    assert (trn2["backend"], trn2["cache variable"]) == ("neuron", tc.NEFF_CACHE_VAR)
