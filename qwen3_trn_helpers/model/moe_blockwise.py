@@ -216,13 +216,19 @@ class BlockwiseRoutedExperts(RoutedExperts):
         )
         w1, w2, w3 = self._weights()
         gate_up, down = kernel_weights(w1, w2, w3)
-        if self._resolved is None:
-            self._resolved, notice = select_backend(
+        resolved = self._resolved
+        if resolved is None:
+            resolved, notice = select_backend(
                 self.backend, x_BLD.device.type, D, w1.shape[1], self.block_size
             )
-            if notice:
-                warnings.warn(notice, stacklevel=2)
-        if self._resolved == "nki":
+            # Recorded and said in eager mode only: inside a compiled block, state kept on
+            # the module and a warning are side effects for dynamo (a graph break, an
+            # error under torchtitan's fullgraph=True); the choice itself is pure.
+            if not torch.compiler.is_compiling():
+                self._resolved = resolved
+                if notice:
+                    warnings.warn(notice, stacklevel=2)
+        if resolved == "nki":
             from .nki_moe import blockwise_experts_nki
 
             out = blockwise_experts_nki(

@@ -10,7 +10,7 @@ calls ``config.build()`` itself.
 Our trainers are torchtitan's (``Trainer``, and the transformers backend's
 ``HFTransformerTrainer``); which one a variant trains with, and which patches its model
 needs, is :data:`VARIANT_PARTS`, the one place training maps the model registry
-(model/variants.py) to training code. Four additions, all made in ``__init__`` and
+(model/variants.py) to training code. Five additions, all made in ``__init__`` and
 undone in ``close()``:
 
 - the compatibility patches the run needs (training/patches.py), entered as one
@@ -19,7 +19,10 @@ undone in ``close()``:
   ``python -m torchtitan.train``), torn down on close;
 - FSDP's gradient reduction switched to SUM when several CPU ranks use gloo;
 - a non-finite loss raised as :class:`~qwen3_trn_helpers.errors.NonFiniteLoss` with
-  its step, recognised from the loss tensor itself rather than torchtitan's message.
+  its step, recognised from the loss tensor itself rather than torchtitan's message;
+- with ``--compile`` (torchtitan's ``compile.enable``), the compile cache pointed at the
+  package cache folder, and dynamo's in-memory graphs dropped on close
+  (training/compile.py).
 """
 
 from __future__ import annotations
