@@ -187,3 +187,34 @@ def test_compile_settings_name_the_backend_and_cache_per_device():
     here, trn2 = compile_settings()
     assert (here["backend"], here["cache variable"]) == ("inductor", tc.INDUCTOR_CACHE_VAR)
     assert (trn2["backend"], trn2["cache variable"]) == ("neuron", tc.NEFF_CACHE_VAR)
+
+
+def test_blockwise_bf16_keeps_its_blocks_eager_with_a_note(tmp_path, capsys):
+    """The one known failure: said in one note line, the loss still compiled."""
+    from qwen3_trn_helpers.training.trainer import trainer_config
+
+    def config(**params):
+        spec = RunSpec(variant="nki_moe", compile=True, out=str(tmp_path), **params)
+        return trainer_config(plan_run(spec), tmp_path)
+
+    bf16 = config()
+    assert tc.keep_known_failures_eager(bf16, "cpu") is not None
+    assert bf16.compile.components == ["loss"]
+    err = capsys.readouterr().err
+    assert err.startswith("note: --compile: nki_moe's blockwise experts") and err.count("\n") == 1
+    for fine in (config(mixed_precision="float32"), config(moe_impl="grouped_mm")):
+        assert tc.keep_known_failures_eager(fine, "cpu") is None
+        assert fine.compile.components == ["model", "loss"]
+    assert tc.eager_blocks_reason(config(), "neuron") is None  # the kernels' path: untested
+
+
+@pytest.mark.slow
+def test_blockwise_bf16_compiled_blocks_still_give_nan(tmp_path, monkeypatch):
+    """Still needed? Compiling the blockwise blocks in bf16 gives a NaN at step 1 (this
+    test fails once it does not, and the eager fallback above can go)."""
+    from qwen3_trn_helpers import run
+    from qwen3_trn_helpers.errors import NonFiniteLoss
+
+    monkeypatch.setattr(tc, "eager_blocks_reason", lambda config, device: None)
+    with pytest.raises(NonFiniteLoss, match="at step 1"):
+        run("nki_moe", steps=1, compile=True, out=str(tmp_path / "nan"), progress=False)

@@ -44,7 +44,7 @@ from torchtitan.trainer import Trainer
 from ..errors import ConfigError, NonFiniteLoss, TrainingError
 from ..model.variants import BlockwiseMoE, TorchtitanQwen3, TransformersV5, Variant
 from . import patches
-from .compile import use_package_caches
+from .compile import keep_known_failures_eager, use_package_caches
 from .patches import Patch
 from .spec import Plan
 
@@ -92,6 +92,7 @@ class _RunScope:
             self._compiles = config.compile.enable  # --compile, or torchtitan's --compile.enable
             if self._compiles:
                 use_package_caches(options.device)
+                keep_known_failures_eager(config, options.device)
             super().__init__(config)  # type: ignore[call-arg]
             if options.device == "cpu" and world > 1:
                 force_sum_reduction_for_gloo(self.model_parts)
