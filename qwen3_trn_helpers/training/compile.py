@@ -136,3 +136,19 @@ def keep_known_failures_eager(config: Any, device_type: str) -> str | None:
         config.compile.components = [c for c in config.compile.components if c != "model"]
         print(reason, file=sys.stderr, flush=True)
     return reason
+
+
+#: dynamo settings torchtitan 0.3.0's ``apply_compile`` sets for the whole process
+DYNAMO_SETTINGS = ("capture_scalar_outputs", "skip_fwd_side_effects_in_bwd_under_checkpoint")
+
+
+def keep_dynamo_settings():
+    """A scope that puts back, on exit, the dynamo settings a compiled run changes.
+
+    torchtitan's ``apply_compile`` sets them process-wide (``capture_scalar_outputs =
+    True``: ``.item()`` is traced instead of breaking the graph); a notebook that
+    compiles anything after a compiled run would otherwise see dynamo behave otherwise.
+    """
+    import torch._dynamo.config as dynamo_config
+
+    return dynamo_config.patch({name: getattr(dynamo_config, name) for name in DYNAMO_SETTINGS})
