@@ -56,7 +56,7 @@ def eager_vs_compiled(
     workdir: str | Path, variant: str = "native", steps: int = 8, **params: Any
 ) -> dict[str, list[float]]:
     """Step times (s) of the same run eager and with ``compile=True``, one after the other."""
-    from .. import run
+    from ..runs.run import run
 
     workdir = Path(workdir)
     times = {}
