@@ -12,9 +12,11 @@ Each rung checks one layer of the stack, in the order things break on a new mach
    experts (the count the 30b-a3b preset trains with, which no CPU test can reach);
 5. ``spmd_backends``: one step of the tiny model at tensor parallel 2 on 2 ranks with
    each of torchtitan 0.3.0's ``parallelism.spmd_backend`` values: which work here;
-6. ``tiny_native_2ranks`` and ``tiny_transformers_v5_2ranks``: 3 training steps of the
+6. ``compile``: one tiny step compiled with the ``neuron`` backend, then the same step
+   again with the same NEFF cache: both times, and whether the second compiled nothing;
+7. ``tiny_native_2ranks`` and ``tiny_transformers_v5_2ranks``: 3 training steps of the
    tiny model on 2 ranks through ``qwen3-trn train``;
-7. ``4b_native_64ranks``: 2 steps of the real Qwen3-4B layout on all 64 logical cores,
+8. ``4b_native_64ranks``: 2 steps of the real Qwen3-4B layout on all 64 logical cores,
    C4 streamed from the hub and the published checkpoint loaded when the network (or
    the local hub cache) allows, and said so when not.
 
@@ -196,6 +198,9 @@ def _rungs(full_size: bool) -> list[Rung]:
         Rung("spmd_backends", "torchtitan's spmd_backend values at TP 2 on 2 ranks", 2700,
              "pass another one to every run: qwen3-trn train --spmd-backend NAME (the "
              "rung's line names those that work)"),
+        Rung("compile", "one tiny step compiled on `neuron`, twice: the cache", 3600,
+             "rerun without --compile (eager) to train meanwhile; the rung's log holds "
+             "neuronx-cc's error"),
         Rung("tiny_native_2ranks", "tiny native Qwen3, 3 steps on 2 ranks", 1800,
              "read the rung's log; rerun with `qwen3-trn train --debug --verbose`",
              train=("--variant", "native", "--preset", "tiny", "--nproc", "2", "--steps", "3")),
@@ -596,12 +601,59 @@ def rung_spmd_backends() -> None:
     sys.exit(0 if passed else 1)
 
 
+def compile_step_command(out: Path) -> list[str]:
+    """One step of the tiny native model, compiled, on one rank (``qwen3-trn train``)."""
+    return [sys.executable, "-m", "qwen3_trn_helpers", "train", "--preset", "tiny",
+            "--steps", "1", "--compile", "--nproc", "1", "--out", str(out), "--overwrite",
+            "--no-progress"]  # fmt: skip
+
+
+def count_neffs(folder: Path) -> int:
+    """Compiled graphs (NEFF files) in TorchNeuron's cache folder."""
+    return sum(1 for _ in folder.rglob("*.neff")) if folder.is_dir() else 0
+
+
+def rung_compile() -> None:
+    """The same compiled step twice, with a fresh NEFF cache: the second reads it."""
+    import tempfile
+
+    from .runs.child import run_child
+    from .training.compile import NEFF_CACHE_VAR, compile_backend
+
+    if _device_type() != "neuron":
+        _skip(
+            f"needs the neuron device (backend {compile_backend('neuron')!r}); on this "
+            f"machine --compile uses {compile_backend(_device_type())!r} "
+            "(tests/test_compile.py checks it)"
+        )
+    out = Path(tempfile.mkdtemp(prefix="qwen3-trn-compile-"))
+    env = {**os.environ, NEFF_CACHE_VAR: str(out / "neff-cache")}
+    times, neffs = [], []
+    for attempt in ("first", "second"):
+        proc = run_child(compile_step_command(out / attempt), env=env, timeout=1700)
+        print(f"--- {attempt}: exit status {proc.returncode}\n{proc.output[-9000:]}",
+              file=sys.stderr)  # fmt: skip
+        if not proc.ok:
+            print(f"fail: {attempt} compiled step: {proc.error_line()[:200]}")
+            sys.exit(1)
+        times.append(proc.seconds)
+        neffs.append(count_neffs(out / "neff-cache"))
+    hit = neffs[1] == neffs[0] and neffs[0] > 0
+    line = (
+        f"first {times[0]:.1f} s ({neffs[0]} NEFFs compiled), second {times[1]:.1f} s "
+        f"({'cache hit: no new NEFF' if hit else f'{neffs[1] - neffs[0]} new NEFFs'})"
+    )
+    print(("ok: " if hit else "fail: ") + line)
+    sys.exit(0 if hit else 1)
+
+
 RUNG_BODIES = {
     "environment": rung_environment,
     "registration": rung_registration,
     "collectives": rung_collectives,
     "nki_moe_kernel": rung_nki_moe_kernel,
     "spmd_backends": rung_spmd_backends,
+    "compile": rung_compile,
 }
 
 if __name__ == "__main__":

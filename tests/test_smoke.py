@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 
 def test_ladder_on_a_cpu(tmp_path):
     # (the 2-rank training rungs run `qwen3-trn train --nproc 2`, which notebook 04 runs)
-    rungs = ["environment", "registration", "collectives", "nki_moe_kernel",
+    rungs = ["environment", "registration", "collectives", "nki_moe_kernel", "compile",
              "4b_native_64ranks"]  # fmt: skip
     cmd = [sys.executable, "-m", "qwen3_trn_helpers", "smoke", "--json", "--out", str(tmp_path)]
     for rung in rungs:
@@ -30,6 +30,7 @@ def test_ladder_on_a_cpu(tmp_path):
         "registration": "skip",  # PrivateUse1 is not "neuron" here
         "collectives": "pass",  # 2 gloo ranks
         "nki_moe_kernel": "skip",
+        "compile": "skip",  # the neuron backend; the CPU's inductor is tests/test_compile.py's
         "4b_native_64ranks": "skip",
     }
     reasons = {r["name"]: r["reason"] for r in ladder["rungs"]}
@@ -37,6 +38,8 @@ def test_ladder_on_a_cpu(tmp_path):
     assert "torchtitan 0.3.0 from " in reasons["environment"]  # which torchtitan, where
     assert "torch-neuronx is not loaded" in reasons["registration"]
     assert "2 ranks on cpu (gloo)" in reasons["collectives"]
+    assert "needs the neuron device (backend 'neuron')" in reasons["compile"]
+    assert "--compile uses 'inductor'" in reasons["compile"]
     # each rung that ran a child process records that child's time and leaves its log;
     # the full-size rung is skipped by the ladder itself, before any child starts
     seconds = {r["name"]: r["seconds"] for r in ladder["rungs"]}

@@ -12,8 +12,14 @@ from ..faces import lazy_face
 #: each name and the lesson module that defines it
 EXPORTS = {
     "AWS_STEP1": "reproduction",
+    "capture_report": "graph_capture",
+    "eager_vs_compiled": "graph_capture",
+    "inductor_code": "graph_capture",
+    "steady_state": "graph_capture",
+    "step_time_figure": "graph_capture",
     "check_environment": "preflight",
     "checks_table": "preflight",
+    "compile_settings": "graph_capture",
     "device_round_trip": "registration",
     "kernel_holds_no_neuroncore": "..runs.child",
     "loss_figure": "plots",

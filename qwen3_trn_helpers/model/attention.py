@@ -68,6 +68,10 @@ class DocumentMaskedSDPA(VarlenAttention):
     _last: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _mask(self, cu_seq: torch.Tensor, batch: int, seq_len: int) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            # inside a compiled block the mask is part of the graph (a few fused integer
+            # ops): a Python-side cache would be a side effect dynamo cannot keep
+            return document_causal_mask(cu_seq, batch, seq_len)
         last = DocumentMaskedSDPA._last
         if last is not None and last[0] is cu_seq and last[1].shape[-1] == seq_len:
             return last[1]
@@ -93,17 +97,20 @@ class DocumentMaskedSDPA(VarlenAttention):
             raise TypeError(f"expected VarlenMetadata, got {type(attention_masks).__name__}")
         batch, seq_len = q_BLNH.shape[:2]
         cu_seq = attention_masks.cu_seq_q
-        # one start per sample (and the end): a shape test, no device sync
-        one_document_each = cu_seq.numel() == batch + 1
-        out = F.scaled_dot_product_attention(
-            q_BLNH.transpose(1, 2),
-            k_BLNH.transpose(1, 2),
-            v_BLNH.transpose(1, 2),
-            attn_mask=None if one_document_each else self._mask(cu_seq, batch, seq_len),
-            is_causal=one_document_each,
-            scale=scale,
-            enable_gqa=enable_gqa,
-        )
+        q, k, v = (x.transpose(1, 2) for x in (q_BLNH, k_BLNH, v_BLNH))
+        # One start per sample (and the end): a shape test, no device sync. Under
+        # torch.compile the document count is a symbolic size, so the test is a branch
+        # (dynamo guards on it and keeps one graph per side), never a value passed on:
+        # SDPA's ``is_causal`` takes a Python bool, not a SymBool.
+        if cu_seq.numel() == batch + 1:
+            out = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, scale=scale, enable_gqa=enable_gqa
+            )
+        else:
+            mask = self._mask(cu_seq, batch, seq_len)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, scale=scale, enable_gqa=enable_gqa
+            )
         return out.transpose(1, 2)
 
 

@@ -106,18 +106,27 @@ def blockwise_mapping(
     mask_TE.scatter_(1, expert_ids_TK.long(), 1)
     counts_E = mask_TE.sum(0)
     blocks_E = (counts_E + B - 1) // B
-    spare = n_blocks - int(blocks_E.sum())
-    if spare < 0:  # cannot happen for a valid routing; guards the formula above
-        raise RuntimeError(f"routing needs {int(blocks_E.sum())} blocks, only {n_blocks}")
-    blocks_E[-1] += spare
-    block_to_expert = torch.repeat_interleave(torch.arange(E, device=device), blocks_E)
+    # Every size below is static (n_blocks, T, E, B), and nothing reads a tensor's value
+    # back into Python, so torch.compile captures the mapping as one graph (no
+    # data-dependent shapes, no boolean indexing).
+    if not torch.compiler.is_compiling():  # a Python check of a value: eager only
+        needed = int(blocks_E.sum())
+        if needed > n_blocks:  # cannot happen for a valid routing; guards the formula
+            raise RuntimeError(f"routing needs {needed} blocks, only {n_blocks}")
+    blocks_E[-1] += n_blocks - blocks_E.sum()  # the spare blocks go to the last expert
+    block_to_expert = torch.repeat_interleave(
+        torch.arange(E, device=device), blocks_E, output_size=n_blocks
+    )
     first_slot_E = (torch.cumsum(blocks_E, 0) - blocks_E) * B
     rank_TE = torch.cumsum(mask_TE, 0) - 1  # position of the token within its expert
     slot_TE = first_slot_E[None, :] + rank_TE
     picked = mask_TE.bool()
     token_ids = torch.arange(T, device=device)[:, None].expand(T, E)
-    position_to_id = torch.full((n_blocks * B,), T, dtype=torch.int64, device=device)
-    position_to_id[slot_TE[picked]] = token_ids[picked]
+    # pairs not routed write to one extra slot past the end, dropped afterwards
+    slots = torch.where(picked, slot_TE, n_blocks * B).reshape(-1)
+    position_to_id = torch.full((n_blocks * B + 1,), T, dtype=torch.int64, device=device)
+    position_to_id = position_to_id.scatter(0, slots, token_ids.reshape(-1))
+    position_to_id = position_to_id[:-1]
     return position_to_id, block_to_expert
 
 
@@ -207,13 +216,19 @@ class BlockwiseRoutedExperts(RoutedExperts):
         )
         w1, w2, w3 = self._weights()
         gate_up, down = kernel_weights(w1, w2, w3)
-        if self._resolved is None:
-            self._resolved, notice = select_backend(
+        resolved = self._resolved
+        if resolved is None:
+            resolved, notice = select_backend(
                 self.backend, x_BLD.device.type, D, w1.shape[1], self.block_size
             )
-            if notice:
-                warnings.warn(notice, stacklevel=2)
-        if self._resolved == "nki":
+            # Recorded and said in eager mode only: inside a compiled block, state kept on
+            # the module and a warning are side effects for dynamo (a graph break, an
+            # error under torchtitan's fullgraph=True); the choice itself is pure.
+            if not torch.compiler.is_compiling():
+                self._resolved = resolved
+                if notice:
+                    warnings.warn(notice, stacklevel=2)
+        if resolved == "nki":
             from .nki_moe import blockwise_experts_nki
 
             out = blockwise_experts_nki(

@@ -97,9 +97,16 @@ def neuron_rank_environment(env: dict[str, str], neuron_cores: str | None = None
       every rank all 64 cores and fail its one-device-per-process check. With
       ``neuron_cores`` (``--neuron-cores 8-15``) each rank sets its own core from its
       LOCAL_RANK (:func:`confine_rank_to_its_core`).
+    - The compiled-graph (NEFF) cache folder is set, unless the user or a multi-node
+      job script (shared storage, the same folder on every node) already did: the
+      package cache's, so every launch on this node reuses what earlier ones compiled
+      (training/compile.py).
     """
+    from ..training.compile import use_package_caches
+
     env = dict(env)
     env.setdefault("NEURON_LOGICAL_NC_CONFIG", str(DEFAULT_LNC))
+    use_package_caches("neuron", env)
     visible = env.pop("NEURON_RT_VISIBLE_CORES", None)
     if visible:
         where = (

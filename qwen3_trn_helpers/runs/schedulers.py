@@ -146,6 +146,8 @@ def pytorchjob_manifest(
     name = name or f"qwen3-trn-{spec.variant}".replace("_", "-")
     train = shlex.join(["python", "-m", "qwen3_trn_helpers", "train", *_train_args(spec)])
     env = [{"name": k, "value": v} for k, v in (TRN2_NODE_ENV if on_trn2 else {}).items()]
+    if on_trn2:  # one NEFF cache on the shared volume for every pod, as the Slurm script
+        env.append({"name": NEFF_CACHE_VAR, "value": str(out.parent / "neff-cache")})
     resources = (
         {"limits": dict(TRN2_RESOURCES), "requests": dict(TRN2_RESOURCES)} if on_trn2 else {}
     )

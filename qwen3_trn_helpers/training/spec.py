@@ -145,6 +145,12 @@ class RunSpec:
         "spmd_backends) shows which work on this machine",
         choices=SPMD_BACKENDS,
     )
+    compile: bool = _param(
+        False,
+        "torch.compile every transformer block and the loss (torchtitan's --compile.enable): "
+        "inductor on CPU/CUDA, Neuron's 'neuron' backend on trn2; the first steps compile, "
+        "later runs reuse the compile cache",
+    )
     tensorboard: bool = _param(False, "also write torchtitan's TensorBoard events to OUT/tb")
     checkpoint_interval: int = _param(
         0, "save a torchtitan checkpoint every N steps (needed for --resume)", non_negative=True

@@ -10,7 +10,7 @@ calls ``config.build()`` itself.
 Our trainers are torchtitan's (``Trainer``, and the transformers backend's
 ``HFTransformerTrainer``); which one a variant trains with, and which patches its model
 needs, is :data:`VARIANT_PARTS`, the one place training maps the model registry
-(model/variants.py) to training code. Four additions, all made in ``__init__`` and
+(model/variants.py) to training code. Five additions, all made in ``__init__`` and
 undone in ``close()``:
 
 - the compatibility patches the run needs (training/patches.py), entered as one
@@ -19,7 +19,10 @@ undone in ``close()``:
   ``python -m torchtitan.train``), torn down on close;
 - FSDP's gradient reduction switched to SUM when several CPU ranks use gloo;
 - a non-finite loss raised as :class:`~qwen3_trn_helpers.errors.NonFiniteLoss` with
-  its step, recognised from the loss tensor itself rather than torchtitan's message.
+  its step, recognised from the loss tensor itself rather than torchtitan's message;
+- with ``--compile`` (torchtitan's ``compile.enable``), the compile cache pointed at the
+  package cache folder, and dynamo's in-memory graphs dropped on close
+  (training/compile.py).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from torchtitan.trainer import Trainer
 from ..errors import ConfigError, NonFiniteLoss, TrainingError
 from ..model.variants import BlockwiseMoE, TorchtitanQwen3, TransformersV5, Variant
 from . import patches
+from .compile import keep_dynamo_settings, keep_known_failures_eager, use_package_caches
 from .patches import Patch
 from .plan import Plan
 
@@ -85,6 +89,11 @@ class _RunScope:
             world = world_size()
             parts = variant_parts(get_variant(options.variant))
             self._scope.enter_context(patches.run_patches(parts.patches, options.device, world))
+            self._compiles = config.compile.enable  # --compile, or torchtitan's --compile.enable
+            if self._compiles:
+                use_package_caches(options.device)
+                keep_known_failures_eager(config, options.device)
+                self._scope.enter_context(keep_dynamo_settings())
             super().__init__(config)  # type: ignore[call-arg]
             if options.device == "cpu" and world > 1:
                 force_sum_reduction_for_gloo(self.model_parts)
@@ -153,6 +162,11 @@ class _RunScope:
 
         if getattr(self, "_owns_process_group", False) and dist.is_initialized():
             dist.destroy_process_group()
+        if getattr(self, "_compiles", False):
+            # dynamo's in-memory code cache holds this run's graphs, guarded on its model;
+            # a notebook or test that trains again would pile up recompiles until dynamo's
+            # limit silently runs blocks eager. Inductor's on-disk cache stays.
+            torch._dynamo.reset()
         self._scope.close()
 
 
@@ -276,6 +290,7 @@ def trainer_config(
     from ..assets import ensure_tokenizer
     from ..corpus import dataset_args
     from .checkpoint import Qwen3TrnCheckpointManager
+    from .compile import compile_config
     from .metrics import Qwen3TrnMetrics
 
     init_dir = init_dir or plan.init.folder
@@ -333,6 +348,7 @@ def trainer_config(
             exclude_from_loading=["dataloader"] if skip_dataloader_state else [],
         ),
         activation_checkpoint=activation_checkpoint_config(plan.activation_checkpoint),
+        compile=compile_config(spec.compile, plan.device_type),
         comm=CommConfig(trace_buf_size=0, mode=comm_mode),
         debug=DebugConfig(seed=spec.seed),
         override=OverrideConfig(
