@@ -46,6 +46,7 @@ EXPORTS = {
     "trn2_launch_command": "scaling",
     "trn2_plan": "scaling",
     "trn2_torchrun_command": "scaling",
+    "what_the_models_say": "generation",
 }
 __all__ = sorted(EXPORTS)
 
