@@ -200,5 +200,9 @@ def memory_figure(estimates: dict, measured: dict | None = None):
         if total > top:
             ax.text(i, top * 0.97, f"{total:.0f} GiB", ha="center", va="top", fontsize=7)
     ax.set_ylim(0, top)
-    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    handles, names = ax.get_legend_handles_labels()
+    terms = [i for i, n in enumerate(names) if n in TERM_COLOURS][::-1]  # as stacked: top first
+    order = [i for i, n in enumerate(names) if n not in TERM_COLOURS] + terms
+    ax.legend([handles[i] for i in order], [names[i] for i in order], fontsize="x-small",
+              loc="upper left", bbox_to_anchor=(1.01, 1.0))  # fmt: skip
     return fig
