@@ -21,6 +21,9 @@ nb_execution_timeout = 900
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 nb_merge_streams = True
+# no widget JavaScript from a CDN (require.js, the widget manager): the site must open
+# offline; a widget's output shows as its text form, as the panel in notebook 03 does
+nb_ipywidgets_js: dict = {}
 html_theme = "alabaster"
 html_title = "qwen3-trn course"
 html_theme_options = {"sidebar_width": "230px", "page_width": "1180px"}
