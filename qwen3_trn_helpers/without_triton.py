@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import logging
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -135,10 +136,21 @@ def installed() -> bool:
     return any(isinstance(f, StandInFinder) for f in sys.meta_path)
 
 
+class _TritonNotFoundNoise(logging.Filter):
+    """Drops torch's "triton not found; flop counting will not work for triton kernels"
+    (``torch/utils/flop_counter.py``, at import on a CUDA build of torch without
+    triton): no Triton kernel runs in this course, so every run would print noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("triton not found")
+
+
 def install() -> None:
-    """Put the hook first on ``sys.meta_path`` (once). Cheap: it checks nothing yet."""
+    """Put the hook first on ``sys.meta_path`` (once), and filter torch's warning about
+    the missing triton. Cheap: it checks nothing yet."""
     if not installed():
         sys.meta_path.insert(0, StandInFinder())
+        logging.getLogger("torch.utils.flop_counter").addFilter(_TritonNotFoundNoise())
 
 
 def uninstall() -> None:
@@ -176,6 +188,28 @@ def write_pth() -> Path | None:
         return None
     path.write_text(PTH_LINE)
     return path
+
+
+def entry_point_ready() -> bool:
+    """Whether ``python -m torchtitan.train --module qwen3_trn_helpers`` starts here as
+    typed: triton importable, or the start-up hook in this environment."""
+    return triton_importable() or pth_path().is_file()
+
+
+def entry_point_argv(module_args: list[str]) -> list[str]:
+    """The interpreter arguments that run ``python -m torchtitan.train ARGS`` here.
+
+    Where the start-up hook is missing (a Mac set up without scripts/setup.sh), the
+    child runs the hook's own line first and then torchtitan's module as ``-m`` would
+    (``runpy.run_module`` with ``alter_sys``), so the same torchtitan ``main()`` runs;
+    elsewhere, exactly ``-m torchtitan.train``."""
+    if entry_point_ready():
+        return ["-m", "torchtitan.train", *module_args]
+    code = (
+        PTH_LINE.strip() + "; import runpy, sys; sys.argv[0] = 'torchtitan.train'; "
+        "runpy.run_module('torchtitan.train', run_name='__main__', alter_sys=True)"
+    )
+    return ["-c", code, *module_args]
 
 
 def triton_summary() -> str:

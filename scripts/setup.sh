@@ -6,6 +6,8 @@
 #   scripts/setup.sh --install-only  # just the environment (what scripts/test.sh uses)
 #   scripts/setup.sh --cpu-torch     # Linux: PyTorch's CPU-only torch, from its own index
 #                                    #   (QWEN3_TRN_TORCH_INDEX=URL: a mirror of that index)
+#   scripts/setup.sh --site          # also the `site` extra (Sphinx, myst-nb) for
+#                                    #   scripts/build_site.sh and scripts/test.sh --site
 #   scripts/setup.sh --wheelhouse DIR  # offline: everything from DIR, made beforehand by
 #                                    #   `qwen3-trn wheelhouse DIR` on a machine with network
 #
@@ -36,11 +38,13 @@ cd "$(dirname "$0")/.."
 VENV=${QWEN3_TRN_VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 install_only=0
+site=0
 torch_index=${QWEN3_TRN_TORCH_INDEX:-}
 wheelhouse=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --install-only) install_only=1 ;;
+    --site) site=1 ;;
     --cpu-torch) torch_index=${torch_index:-https://download.pytorch.org/whl/cpu} ;;
     --wheelhouse)
       [ $# -ge 2 ] || { echo "error: --wheelhouse needs a folder (made by qwen3-trn wheelhouse)" >&2; exit 2; }
@@ -49,7 +53,7 @@ while [ $# -gt 0 ]; do
           "qwen3-trn wheelhouse $2" >&2; exit 2; }
       shift ;;
     *) echo "error: unknown option $1 (scripts/setup.sh [--install-only] [--cpu-torch]" \
-         "[--wheelhouse DIR])" >&2; exit 2 ;;
+         "[--site] [--wheelhouse DIR])" >&2; exit 2 ;;
   esac
   shift
 done
@@ -88,6 +92,7 @@ fi
 py="$VENV/bin/python"
 
 extras="notebooks,test"
+[ "$site" = 1 ] && extras="$extras,site"  # only for the site step (scripts/test.sh --site)
 constraints=""
 if [ -n "$neuron_site" ]; then
   own_site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")

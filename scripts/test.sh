@@ -7,19 +7,29 @@
 #   scripts/test.sh --fast     # the inner loop: tests not marked slow, no notebooks
 #   scripts/test.sh --install  # the workshop wheelhouse: built from the package index,
 #                              #   installed offline into a new venv (CI runs it after)
+#   scripts/test.sh --site     # the course's static site: built (notebooks executed),
+#                              #   then checked in Chromium (its own CI step)
 #   scripts/test.sh -k parity  # any further pytest arguments are passed on
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh --install-only
+if [ "${1:-}" = "--site" ]; then
+  bash scripts/setup.sh --install-only --site
+else
+  bash scripts/setup.sh --install-only
+fi
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 MPLBACKEND=Agg
 py="${QWEN3_TRN_VENV:-.venv}/bin/python"
 if [ "${1:-}" = "--fast" ]; then
   shift
-  exec "$py" -m pytest tests -m "not slow" -n auto --dist loadfile --durations=10 "$@"
+  exec "$py" -m pytest tests -m "not slow and not site" -n auto --dist loadfile --durations=10 "$@"
 fi
 if [ "${1:-}" = "--install" ]; then
   shift
   exec "$py" -m pytest tests -m install -n auto --dist loadfile --durations=5 "$@"
 fi
-exec "$py" -m pytest tests notebooks --nbval-lax --nbval-current-env -m "not install" \
+if [ "${1:-}" = "--site" ]; then
+  shift
+  exec "$py" -m pytest tests -m site -p no:xdist --durations=5 "$@"
+fi
+exec "$py" -m pytest tests notebooks --nbval-lax --nbval-current-env -m "not install and not site" \
   -n auto --dist loadfile --durations=15 "$@"

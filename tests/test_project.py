@@ -43,6 +43,7 @@ def test_notebooks_exist_in_order():
         "02_three_variants",
         "03_ten_step_run",
         "04_scaling_to_trn2",
+        "05_several_nodes",
         "06_graph_capture",
     ]
 

@@ -74,3 +74,34 @@ def test_s04_scaling_to_trn2():
     assert lnc1["activations"] == lnc2["activations"]
     by_hand, generated = s04.exercise_3()
     assert by_hand == generated
+
+
+def test_s05_several_nodes():
+    s05 = load("s05_several_nodes")
+    nodes = s05.exercise_1()
+    assert (nodes["ranks"], nodes["replicas"]) == (256, 4)
+    assert nodes["total GiB"] == pytest.approx(nodes["one node GiB"])  # same per rank
+
+
+@pytest.mark.slow
+def test_answer_key_is_what_the_solutions_compute(tmp_path, ten_step_random):
+    """The instructor's key (notebooks/README.md) is rendered from the solutions' own
+    results; a number typed by hand, or a solution that changed, fails here."""
+    from qwen3_trn_helpers import run
+
+    key = load("answer_key")
+    pretrained = run("native", steps=10, init="pretrained", out=tmp_path / "pre", progress=False)
+    metrics = {"random": ten_step_random.metrics_path, "pretrained": pretrained.metrics_path}
+    diff = key.differences(key.in_readme(key.README.read_text()), key.render(metrics))
+    assert not diff, (
+        "notebooks/README.md's answer key differs from what the solutions compute "
+        "(run: python notebooks/solutions/answer_key.py):\n" + "\n".join(diff)
+    )
+
+
+def test_answer_key_comparison_catches_a_stale_number():
+    """The tolerance absorbs another CPU's last decimal, not a wrong answer."""
+    key = load("answer_key")
+    assert not key.differences("| 03 | loss 8.386 -> 7.757 |", "| 03 | loss 8.384 -> 7.760 |")
+    assert key.differences("| 04 | total 8.8, 4.9 GiB |", "| 04 | total 9.96, 6.04 GiB |")
+    assert key.differences("| 03 | the random one |", "| 03 | the pretrained one |")

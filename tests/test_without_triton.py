@@ -132,3 +132,51 @@ def test_doctor_and_preflight_say_what_an_absent_triton_means(monkeypatch, capsy
     assert "torchtitan's own entry point (python -m torchtitan.train) needs" in out
     (check,) = [c for c in preflight.check_environment(build_assets=False) if c.name == "triton"]
     assert check.ok and check.detail.startswith("absent") and not check.required
+
+
+def test_preflight_names_a_missing_entry_point_hook(monkeypatch, tmp_path):
+    """Notebook 00 on a Mac set up by hand: the hook `python -m torchtitan.train` needs."""
+    from qwen3_trn_helpers.lessons import preflight
+
+    monkeypatch.setattr(without_triton, "triton_importable", lambda: False)
+    monkeypatch.setattr(without_triton, "pth_path", lambda: tmp_path / without_triton.PTH_NAME)
+    (check,) = [
+        c for c in preflight.check_environment(build_assets=False)
+        if c.name == "torchtitan entry point"
+    ]  # fmt: skip
+    assert not check.ok and not check.required and "write_pth()" in check.fix
+    (tmp_path / without_triton.PTH_NAME).write_text(without_triton.PTH_LINE)
+    (check,) = [
+        c for c in preflight.check_environment(build_assets=False)
+        if c.name == "torchtitan entry point"
+    ]  # fmt: skip
+    assert check.ok and "hook in place" in check.detail
+
+
+@pytest.mark.slow
+def test_entry_point_cell_runs_without_triton_or_hook(monkeypatch, tmp_path):
+    """Notebook 02's entry-point cell on a Mac without the start-up hook: the plain
+    `-m torchtitan.train` stops at `import triton`; the argv the cell uses parses and
+    answers --help through torchtitan's own main()."""
+    monkeypatch.setattr(without_triton, "triton_importable", lambda: False)
+    monkeypatch.setattr(without_triton, "pth_path", lambda: tmp_path / "absent.pth")
+    args = ["--module", "qwen3_trn_helpers", "--config", "qwen3_trn_tiny_native", "--help"]
+    argv = without_triton.entry_point_argv(args)
+    assert argv[0] == "-c"  # no hook here: the hook's line runs first
+    as_typed = "runpy.run_module('torchtitan.train', run_name='__main__', alter_sys=True)"
+    plain = child(f"import runpy; sys.argv = ['x', *{args!r}]\n" + as_typed)
+    assert plain.returncode != 0 and "triton" in plain.stderr
+    fixed = child(f"sys.argv = ['-c', *{args!r}]\n" + argv[1])
+    assert fixed.returncode == 0, fixed.stderr[-2000:]
+    assert "--training.steps" in fixed.stdout
+
+
+def test_torchs_triton_warning_is_filtered_where_it_is_noise():
+    """torch's flop counter warns at import when triton is missing (a CUDA build of
+    torch); with our package imported first, the line is gone."""
+    probe = "import torch.utils.flop_counter\n"
+    plain = child(probe, timeout=300)
+    if "triton not found" not in plain.stderr:
+        pytest.skip("this torch build does not warn (its torch.version has no cuda/hip/xpu)")
+    ours = child("import qwen3_trn_helpers\n" + probe, timeout=300)
+    assert ours.returncode == 0 and "triton not found" not in ours.stderr, ours.stderr

@@ -33,3 +33,10 @@ def exercise_2() -> dict[str, float]:
         shape = PRESETS[name].shape
         shares[name] = shape.vocab_size * shape.dim / shape.parameter_count()
     return shares
+
+
+def predict_first() -> int:
+    """Tokens in "12345": 5. Qwen's pre-tokenizer takes one digit at a time (GPT-4's
+    groups up to three), so every number costs as many tokens as it has digits."""
+    tok = Tokenizer.from_file(str(ensure_tokenizer() / "tokenizer.json"))
+    return len(tok.encode("12345").ids)

@@ -46,13 +46,29 @@ def exercise_2(workdir: Path, rounds: int = 2) -> dict[str, float]:
             # leave out step 1, which also pays for one-time work (on trn2: compilation)
             seen[impl] += [m["step_time_s"] for m in result.metrics[1:]]
     times = {impl: min(steps) for impl, steps in seen.items()}
-    times["padding"] = padding_fraction(tokens=256, top_k=2, experts=8, block=64)
-    shape = PRESETS["tiny_moe"].shape
-    padded_slots = 960 - 512
-    padding_flops = shape.n_layers * padded_slots * 3 * shape.dim * shape.moe_hidden_dim * 2
-    output_flops = 256 * shape.dim * shape.vocab_size * 2
-    times["padding_flops_share"] = padding_flops / output_flops
+    cost = padding_cost()
+    times["padding"] = cost["padding"]
+    times["padding_flops_share"] = cost["padding_flops"] / cost["output_flops"]
     return times
+
+
+def padding_cost(tokens: int = 256, block: int = 64) -> dict[str, float]:
+    """The arithmetic behind exercise 2 for the tiny_moe preset (no run needed): slots,
+    pairs, the share of padding, and the FLOPs of the padded slots against the output
+    layer's (the answer key quotes these numbers)."""
+    shape = PRESETS["tiny_moe"].shape
+    pairs = tokens * shape.top_k
+    padding = padding_fraction(tokens=tokens, top_k=shape.top_k, experts=shape.n_experts,
+                               block=block)  # fmt: skip
+    slots = round(pairs / (1 - padding))
+    padded = slots - pairs
+    return {
+        "pairs": pairs,
+        "slots": slots,
+        "padding": padding,
+        "padding_flops": shape.n_layers * padded * 3 * shape.dim * shape.moe_hidden_dim * 2,
+        "output_flops": tokens * shape.dim * shape.vocab_size * 2,
+    }
 
 
 def exercise_3() -> int:
@@ -63,3 +79,15 @@ def exercise_3() -> int:
     spec = RunSpec(steps=20, warmup_steps=5, lr=3e-4)
     rates = lr_schedule(trainer_config(plan_run(spec), "runs/unused"))
     return rates.index(max(rates)) + 1
+
+
+def schedule_facts() -> tuple[int, list[int], int, int]:
+    """Exercise 3's schedule in numbers: the peak step, every step at the peak rate, the
+    decay steps decay_ratio 0.8 asks for (0.8 x 20) and the ones torchtitan keeps (what
+    is left after warm-up)."""
+    spec = RunSpec(steps=20, warmup_steps=5, lr=3e-4)
+    config = trainer_config(plan_run(spec), "runs/unused")
+    rates = lr_schedule(config)
+    peak = [i + 1 for i, r in enumerate(rates) if r == max(rates)]
+    asked = round(config.lr_scheduler.decay_ratio * spec.steps)
+    return peak[0], peak, asked, spec.steps - spec.warmup_steps

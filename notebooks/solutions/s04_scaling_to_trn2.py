@@ -1,6 +1,5 @@
 """Solutions to the exercises of 04_scaling_to_trn2 (tested by tests/test_solutions.py)."""
 
-import dataclasses
 
 from qwen3_trn_helpers.lessons import torchtitan_command, trn2_plan
 
@@ -10,14 +9,14 @@ def exercise_1() -> dict[int, dict[str, float]]:
     layer shrink with TP; parameters, gradients and AdamW do not (TP x FSDP = 64 always
     shards them 64 ways). TP must divide the 8 key/value heads, so 8 is the limit."""
     plan = trn2_plan("native")
-    return {tp: dataclasses.replace(plan, tp=tp).memory().row() for tp in (2, 4, 8)}
+    return {tp: plan.with_layout(tp=tp).memory().row() for tp in (2, 4, 8)}
 
 
 def exercise_2() -> tuple[str, dict, dict]:
     """The 4B on 128 ranks at LNC 1: TP 4 x FSDP 32. The fp32 state halves per rank
     (sharded 128 ways), activations stay (TP is still 4), and it fits in 12 GiB."""
     plan = trn2_plan("native", nproc=128)
-    return plan.layout, plan.memory(lnc=1).row(), trn2_plan("native").memory(lnc=2).row()
+    return str(plan.layout), plan.memory(lnc=1).row(), trn2_plan("native").memory(lnc=2).row()
 
 
 def exercise_3() -> tuple[str, str]:

@@ -42,15 +42,18 @@ EXPORTS = {
     "reproduce": "reproduction",
     "reproduction_specs": "reproduction",
     "section_rows": "torchtitan_view",
+    "stack_figure": "stack",
     "Table": "tables",
     "tokens_per_s_for_mfu": "scaling",
     "torchtitan_command": "scaling",
     "torchtitan_entry_point": "torchtitan_view",
     "toy_backend_demo": "registration",
+    "toy_device_training": "toy_device",
     "TrainingPanel": "panel",
     "trn2_launch_command": "scaling",
     "trn2_plan": "scaling",
     "trn2_torchrun_command": "scaling",
+    "what_the_models_say": "generation",
 }
 __all__ = sorted(EXPORTS)
 

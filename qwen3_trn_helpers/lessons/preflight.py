@@ -74,6 +74,25 @@ def check_environment(build_assets: bool = True) -> list[Check]:
     # never required: where it cannot be installed, torchtitan's import of it is stood
     # in for (without_triton.py); the detail says which of the two this machine is
     checks.append(Check("triton", True, report.triton, required=False))
+    from ..without_triton import entry_point_ready, pth_path, triton_importable
+
+    # what `python -m torchtitan.train` (notebook 02's entry-point cell, torchrun's ranks)
+    # needs where triton is absent: the start-up hook scripts/setup.sh writes. The
+    # notebook's cell runs without it; a terminal command needs it.
+    checks.append(
+        Check(
+            "torchtitan entry point",
+            entry_point_ready(),
+            "triton present: nothing needed"
+            if triton_importable()
+            else (f"start-up hook in place ({pth_path().name})" if entry_point_ready()
+                  else "triton absent and no start-up hook: notebook 02 still runs it, "
+                  "`python -m torchtitan.train` typed in a terminal stops at `import triton`"),
+            "run scripts/setup.sh, or: python -c \"from qwen3_trn_helpers import "
+            "without_triton as w; w.write_pth()\"",
+            required=False,
+        )
+    )  # fmt: skip
     checks.append(
         Check(
             "device",

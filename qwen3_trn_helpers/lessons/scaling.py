@@ -145,6 +145,21 @@ def mesh_figure(plan: Plan, topology: Topology = TRN2):
 
 MEMORY_TERMS = ("params", "grads", "AdamW", "FSDP buffers", "kernel copies", "kernel saved",
                 "kernel grads", "activations", "logits", "scores", "Neuron runtime")  # fmt: skip
+#: one colour per term, never shared (matplotlib's default cycle has 10 for 11 terms):
+#: the Okabe-Ito palette (distinguishable with colour-vision deficiencies) and four more
+TERM_COLOURS = dict(zip(MEMORY_TERMS, (
+    "#0072B2", "#56B4E9", "#009E73", "#E69F00", "#CC79A7", "#F0E442", "#D55E00",
+    "#999999", "#882255", "#000000", "#44AA99"), strict=True))  # fmt: skip
+
+
+def _wrapped(label: str, width: int = 14) -> str:
+    """A bar label broken into lines of at most ``width`` characters, so neighbouring
+    labels never overlap however many bars there are."""
+    import textwrap
+
+    return "\n".join(
+        line for part in label.split("\n") for line in textwrap.wrap(part, width) or [""]
+    )
 
 
 def memory_figure(estimates: dict, measured: dict | None = None):
@@ -155,15 +170,17 @@ def memory_figure(estimates: dict, measured: dict | None = None):
     """
     from .plots import NotebookFigure
 
-    fig = NotebookFigure(figsize=(9, 4.2), dpi=110, layout="constrained")
+    fig = NotebookFigure(figsize=(10, 4.8), dpi=110, layout="constrained")
     ax = fig.add_subplot()
     labels = list(estimates)
+    positions = range(len(labels))
     bottoms = [0.0] * len(labels)
     for term in MEMORY_TERMS:
         values = [estimates[label].row()[term] for label in labels]
         if not any(values):
             continue
-        ax.bar(labels, values, bottom=bottoms, label=term, width=0.55)
+        ax.bar(positions, values, bottom=bottoms, label=term, width=0.55,
+               color=TERM_COLOURS[term], edgecolor="white", linewidth=0.5)  # fmt: skip
         bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
     hbm = next(iter(estimates.values())).hbm_gib
     ax.axhline(hbm, color="black", linestyle="--", linewidth=1,
@@ -176,6 +193,7 @@ def memory_figure(estimates: dict, measured: dict | None = None):
             ax.plot([i + 0.36], [measured[label]], marker="<", color="black", markersize=8,
                     linestyle="none", label="measured params+grads+AdamW (dry run)"
                     if i == 0 else None)  # fmt: skip
+    ax.set_xticks(list(positions), [_wrapped(label) for label in labels], fontsize=8)
     ax.set_ylabel("GiB per logical NeuronCore")
     ax.set_title("Memory per core on a trn2.48xlarge (estimate; measured where marked)")
     top = min(max(max(bottoms), hbm), 2 * hbm) * 1.08  # a plan far over HBM is clipped
@@ -183,5 +201,9 @@ def memory_figure(estimates: dict, measured: dict | None = None):
         if total > top:
             ax.text(i, top * 0.97, f"{total:.0f} GiB", ha="center", va="top", fontsize=7)
     ax.set_ylim(0, top)
-    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    handles, names = ax.get_legend_handles_labels()
+    terms = [i for i, n in enumerate(names) if n in TERM_COLOURS][::-1]  # as stacked: top first
+    order = [i for i, n in enumerate(names) if n not in TERM_COLOURS] + terms
+    ax.legend([handles[i] for i in order], [names[i] for i in order], fontsize="x-small",
+              loc="upper left", bbox_to_anchor=(1.01, 1.0))  # fmt: skip
     return fig

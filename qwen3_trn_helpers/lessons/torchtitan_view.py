@@ -133,7 +133,12 @@ def torchtitan_entry_point(
            "--config", config, "--dump_folder", str(out), *overrides]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
     env = one_process_share_environment(env)  # a class sharing a trn2: the share's first core
-    result = run_child(
-        [sys.executable, *cmd[1:]], log=out / "torchtitan.log", env=env, timeout=timeout
-    ).check("torchtitan.train")
+    from ..without_triton import entry_point_argv
+
+    # as typed; without triton and its start-up hook (a Mac set up by hand), the same
+    # torchtitan main() with the hook run first (without_triton.entry_point_argv)
+    argv = [sys.executable, *entry_point_argv(cmd[3:])]
+    result = run_child(argv, log=out / "torchtitan.log", env=env, timeout=timeout).check(
+        "torchtitan.train"
+    )
     return shell_command(cmd), read_metrics(out / "metrics.jsonl"), result.seconds

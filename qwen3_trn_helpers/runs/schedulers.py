@@ -62,8 +62,14 @@ def _train_args(spec: RunSpec) -> list[str]:
     return ["--no-progress", *spec.to_argv()]
 
 
-def slurm_script(spec: RunSpec, *, on_trn2: bool, python: str | None = None) -> str:
+def slurm_script(
+    spec: RunSpec, *, on_trn2: bool, python: str | None = None, workdir: str | None = None
+) -> str:
     """An sbatch script that runs ``spec`` on ``spec.nnodes`` nodes.
+
+    ``workdir`` is the job's ``--chdir``: where the repository is checked out on the
+    cluster (shared storage every node mounts); by default the folder this runs in,
+    which is right when the script is generated on the cluster itself.
 
     The first allocated node hosts the rendezvous. Its address is the one slurmctld
     reaches it by (NodeAddr), resolved to an IPv4 address on the node itself; never
@@ -87,7 +93,7 @@ def slurm_script(spec: RunSpec, *, on_trn2: bool, python: str | None = None) -> 
     if on_trn2:
         lines += ["#SBATCH --exclusive  # a whole trn2.48xlarge per node: 16 chips, 16 EFA"]
     lines += [
-        f"#SBATCH --chdir={shlex.quote(os.getcwd())}",
+        f"#SBATCH --chdir={shlex.quote(workdir or os.getcwd())}",
         f"#SBATCH --output={shlex.quote(spec.out)}/slurm-%j.out",
         "set -euo pipefail",
         "",

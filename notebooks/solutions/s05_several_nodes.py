@@ -1,0 +1,19 @@
+"""Solutions to the exercises of 05_several_nodes (tested by tests/test_solutions.py)."""
+
+from qwen3_trn_helpers.lessons import trn2_plan
+
+
+def exercise_1(nnodes: int = 4) -> dict:
+    """The 4B on four trn2.48xlarge: 256 ranks, 4 replicas of the one-node layout.
+
+    HSDP adds the replica axis outermost and leaves each node's TP 4 x FSDP 16 as it
+    was, so every rank holds exactly what it held on one node and its memory does not
+    change; what grows is the gradient average across nodes, once a step over EFA."""
+    plan = trn2_plan("native", nnodes=nnodes)
+    return {
+        "ranks": plan.world_size,
+        "layout": str(plan.layout),
+        "replicas": plan.dp_replicate,
+        "total GiB": plan.memory().total_gib,
+        "one node GiB": trn2_plan("native").memory().total_gib,
+    }
