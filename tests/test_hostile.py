@@ -325,3 +325,65 @@ def test_bad_input_raises_config_error_in_python_too():
         RunSpec(lr=float("nan")).validate()
     with pytest.raises(ConfigError, match="resume needs --out"):
         RunSpec(resume=True, checkpoint_interval=1).validate()
+
+
+# --- round 4 (issue 26): a wheelhouse stays in its folder -------------------------------------
+
+
+def _fake_house(tmp_path: Path, wheels: dict, assets_: dict) -> Path:
+    """A wheelhouse for this Python and machine whose manifest lists what a test wants."""
+    from qwen3_trn_helpers import wheelhouse
+
+    house = tmp_path / "house"
+    (house / "assets" / "downloads").mkdir(parents=True)
+    (house / "wheels").mkdir()
+    manifest = {
+        "format": wheelhouse.FORMAT, "qwen3_trn": "0", "requirement": "qwen3-trn",
+        "target": "here", "python_version": wheelhouse._host_python(),
+        "markers": wheelhouse.host_markers(), "command": "", "left_out": {},
+        "wheels": wheels, "assets": assets_,
+    }  # fmt: skip
+    (house / "manifest.json").write_text(json.dumps(manifest))
+    return house
+
+
+@pytest.mark.parametrize(
+    "where, name",
+    [("asset", "../../evil.sh"), ("asset", "/etc/hostname"), ("wheel", "../x.whl"),
+     ("folder", ".."), ("asset", "a\nb")],
+)  # fmt: skip
+def test_a_wheelhouse_entry_is_a_plain_name_inside_its_folder(
+    tmp_path, monkeypatch, capsys, where, name
+):
+    from qwen3_trn_helpers import wheelhouse
+
+    evil = tmp_path / "evil.sh"
+    entry = {"bytes": 3, "sha256": "0" * 64}
+    files = {name if where == "asset" else "ok.txt": entry}
+    house = _fake_house(
+        tmp_path,
+        {name: entry} if where == "wheel" else {},
+        {name if where == "folder" else "downloads": files},
+    )
+    (house / "assets" / "evil.sh").write_text("rm")  # what ../ would reach from downloads/
+    cache = tmp_path / "a" / "b" / "cache"
+    monkeypatch.setenv("QWEN3_TRN_CACHE", str(cache))
+    for command in ("verify", "install-assets"):
+        assert wheelhouse.main([command, str(house)]) == 1
+        line = one_error_line(capsys)
+        assert f"{name!r}, which is not a plain file name" in line, line
+    assert not evil.exists() and not (tmp_path / "a" / "evil.sh").exists()
+
+
+def test_installed_assets_never_follow_a_link_out_of_the_cache(tmp_path, monkeypatch, capsys):
+    from qwen3_trn_helpers import wheelhouse
+
+    house = _fake_house(tmp_path, {}, {"downloads": {"f.txt": {"bytes": 1, "sha256": "0"}}})
+    (house / "assets" / "downloads" / "f.txt").write_text("x")
+    cache, outside = tmp_path / "cache", tmp_path / "outside"
+    cache.mkdir(), outside.mkdir()
+    (cache / "downloads").symlink_to(outside)  # a link planted in the cache
+    monkeypatch.setenv("QWEN3_TRN_CACHE", str(cache))
+    assert wheelhouse.main(["install-assets", str(house)]) == 1
+    assert "outside the cache" in one_error_line(capsys)
+    assert not (outside / "f.txt").exists()
