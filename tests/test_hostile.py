@@ -387,3 +387,49 @@ def test_installed_assets_never_follow_a_link_out_of_the_cache(tmp_path, monkeyp
     assert wheelhouse.main(["install-assets", str(house)]) == 1
     assert "outside the cache" in one_error_line(capsys)
     assert not (outside / "f.txt").exists()
+
+
+# --- round 4: the Python API takes any object, and threads ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "param, value, said",
+    [("out", 123, "out must be a str (or None), got int 123"),
+     ("steps", "10", "steps must be a int, got str '10'"),
+     ("resume", "yes", "resume must be a bool, got str 'yes'"),
+     ("nproc", True, "nproc must be a int, got bool True"),
+     ("corpus", ["a.txt"], "corpus must be a str (or None), got list")],
+)  # fmt: skip
+def test_a_wrong_type_in_the_python_api_names_the_parameter(param, value, said):
+    with pytest.raises(ConfigError) as refused:
+        run(**{param: value, "progress": False})
+    assert said in str(refused.value)
+
+
+def test_a_second_run_in_the_same_process_is_refused_clearly(tmp_path):
+    """Two threads calling run() with different folders failed inside torch; the second
+    is now refused in one line while the first trains on and completes."""
+    import threading
+
+    training, tried = threading.Event(), threading.Event()
+
+    def on_step(record):
+        if record["step"] == 1:
+            training.set()
+            tried.wait(timeout=120)  # hold the first run mid-training
+
+    thread = threading.Thread(
+        target=run, name="first-run",
+        kwargs=dict(steps=2, out=str(tmp_path / "a"), progress=False, on_step=on_step),
+    )  # fmt: skip
+    thread.start()
+    try:
+        assert training.wait(timeout=300)
+        with pytest.raises(ConfigError) as refused:
+            run(steps=1, out=str(tmp_path / "b"), progress=False)
+    finally:
+        tried.set()
+        thread.join(timeout=300)
+    assert "a run is already in progress in this process (thread 'first-run')" in str(refused.value)
+    assert json.loads((tmp_path / "a" / "run.json").read_text())["status"] == "completed"
+    assert not (tmp_path / "b").exists()

@@ -13,7 +13,9 @@ processes. ``run(spec)`` takes a whole RunSpec.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any
 
@@ -52,6 +54,39 @@ def run(
     process (runs/here.py); several ranks, several nodes, and any run on trn2 go through
     torchrun (runs/torchrun.py).
     """
+    with _one_run_at_a_time():
+        return _run(variant, progress, verbose, label, on_step, params)
+
+
+#: held while a run() is in progress in this process; see _one_run_at_a_time
+_RUNNING = threading.Lock()
+_running_in: list[str] = []
+
+
+@contextmanager
+def _one_run_at_a_time() -> Iterator[None]:
+    """A second ``run()`` while one is in progress in this process is refused.
+
+    Why: a run owns process-wide state (torch.distributed's default process group, the
+    device's memory statistics, signal handlers, torchtitan's logging); two threads
+    training at once failed deep inside torch. Several runs at once are several
+    processes (``qwen3-trn train`` in each, or ``nproc``/``nnodes``)."""
+    if not _RUNNING.acquire(blocking=False):
+        where = _running_in[0] if _running_in else "another thread"
+        raise ConfigError(
+            f"a run is already in progress in this process ({where}); one process trains "
+            "one run at a time: wait for it to finish, or start the second run in its own "
+            "process (qwen3-trn train ...)"
+        )
+    _running_in[:] = [f"thread {threading.current_thread().name!r}"]
+    try:
+        yield
+    finally:
+        _running_in.clear()
+        _RUNNING.release()
+
+
+def _run(variant, progress, verbose, label, on_step, params: dict[str, Any]) -> RunResult:
     if isinstance(variant, RunSpec):
         if params:
             raise ConfigError(
