@@ -433,3 +433,38 @@ def test_a_second_run_in_the_same_process_is_refused_clearly(tmp_path):
     assert "a run is already in progress in this process (thread 'first-run')" in str(refused.value)
     assert json.loads((tmp_path / "a" / "run.json").read_text())["status"] == "completed"
     assert not (tmp_path / "b").exists()
+
+
+# --- round 4: no more `unexpected` ---------------------------------------------------------------
+
+
+def test_a_cache_under_a_file_is_named(tmp_path, monkeypatch, capsys):
+    (tmp_path / "afile").write_text("x")
+    for cache in ("afile/x", "afile"):
+        monkeypatch.setenv("QWEN3_TRN_CACHE", str(tmp_path / cache))
+        assert main(["train", "--steps", "1", "--out", str(tmp_path / "run")]) == 1
+        line = one_error_line(capsys)
+        assert f"{tmp_path / 'afile'} is a file; set QWEN3_TRN_CACHE to a folder" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_hub_corpus_without_network_is_named_quickly(tmp_path, monkeypatch, capsys):
+    """The hub allowed (HF_HUB_OFFLINE=0) but nothing answers: a closed local port stands
+    in for a machine without network (no request leaves this machine)."""
+    import socket
+    import time
+
+    from huggingface_hub import constants
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: connections are refused
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    started = time.monotonic()
+    assert main(["train", "--corpus", "c4", "--steps", "1", "--out", str(tmp_path / "r")]) == 1
+    line = one_error_line(capsys)
+    assert f"corpus 'c4' streams from the Hugging Face hub, but http://127.0.0.1:{port}" in line
+    assert "does not answer from this machine" in line
+    assert time.monotonic() - started < 20

@@ -45,6 +45,25 @@ def check_hub_reachable(plan: Plan) -> None:
             "on (HF_HUB_OFFLINE=1); unset it, or train on --corpus embedded or a local "
             ".txt/.jsonl file or folder"
         )
+    if not is_local(plan.corpus) and not Path(plan.corpus).suffix:
+        _check_hub_answers(plan.corpus)
+
+
+def _check_hub_answers(corpus: str, timeout_s: float = 10.0) -> None:
+    """One request to the hub before anything is built: without network the dataset
+    library retried for 30 s and then failed deep inside as a bare ConnectionError."""
+    import httpx
+    from huggingface_hub import constants, get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=timeout_s, follow_redirects=True)
+    except httpx.HTTPError as e:
+        raise ConfigError(
+            f"corpus {corpus!r} streams from the Hugging Face hub, but {constants.ENDPOINT} "
+            f"does not answer from this machine ({type(e).__name__}: {e}); check the "
+            "network (or HF_ENDPOINT / the proxy settings), or train on --corpus embedded or "
+            "a local .txt/.jsonl file or folder"
+        ) from None
 
 
 def run_here(
