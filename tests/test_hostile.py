@@ -468,3 +468,64 @@ def test_hub_corpus_without_network_is_named_quickly(tmp_path, monkeypatch, caps
     assert f"corpus 'c4' streams from the Hugging Face hub, but http://127.0.0.1:{port}" in line
     assert "does not answer from this machine" in line
     assert time.monotonic() - started < 20
+
+
+# --- round 4: no orphan ranks after a kill -9 of the command ------------------------------------
+
+
+def _processes_naming(text: str) -> list[int]:
+    """Live processes whose command line mentions ``text`` (a run folder's path)."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and text in " ".join(
+                p.info["cmdline"] or []
+            ):
+                found.append(p.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_a_killed_launcher_takes_its_ranks_with_it_and_keeps_its_folder(tmp_path, capsys):
+    """kill -9 of `train --nproc 2`: torchrun and both ranks used to train on (parent 1),
+    `--overwrite` was accepted meanwhile, and the orphans wrote checkpoints into the new
+    run's folder. Now the folder is refused while a rank lives, and every process of the
+    run is gone within seconds, with run.json saying so."""
+    import signal
+    import time
+
+    out = tmp_path / "K"
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "qwen3_trn_helpers", "train", "--nproc", "2", "--steps", "40",
+         "--checkpoint-interval", "5", "--out", str(out), "--no-progress"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 400
+        while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text():
+            assert cli.poll() is None and time.monotonic() < deadline, "the run never trained"
+            time.sleep(0.2)
+        cli.kill()  # SIGKILL: nothing of ours runs in the launcher any more
+        cli.wait()
+        killed = time.monotonic()
+        # at once: a rank of the killed run still lives, so the folder is not given away
+        assert main(["train", "--steps", "1", "--out", str(out), "--overwrite"]) == 1
+        assert "still being written by ranks of an earlier run" in one_error_line(capsys)
+        while _processes_naming(str(out)):
+            assert time.monotonic() - killed < 60, "torchrun or a rank outlived the launcher"
+            time.sleep(0.2)
+        gone_s = time.monotonic() - killed
+    finally:
+        for pid in _processes_naming(str(out)):
+            os.kill(pid, signal.SIGKILL)
+    steps = sorted(p.name for p in (out / "checkpoint").glob("step-*"))
+    time.sleep(2)
+    assert sorted(p.name for p in (out / "checkpoint").glob("step-*")) == steps
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "terminated", info["status"]
+    assert "the command that launched this run" in (out / "launch.log").read_text()
+    print(f"every process gone {gone_s:.1f} s after the kill")

@@ -149,6 +149,13 @@ def own_run_folder(out: Path) -> Iterator[None]:
             "can write to (--out)"
         ) from None
     try:
+        from .lifeline import check_no_live_ranks
+
+        check_no_live_ranks(out)  # a killed launcher's ranks may still be writing
+    except BaseException:
+        lock.release()
+        raise
+    try:
         command = " ".join(sys.argv[:6]) or "python"
         (out / OWNER_FILE).write_text(f"pid {os.getpid()} on {socket.gethostname()}: {command}")
         yield

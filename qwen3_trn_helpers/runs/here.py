@@ -90,6 +90,10 @@ def run_here(
     # nodes, one shared folder) the job's rank 0
     owner = rank0 and (not launched or spec.nnodes > 1)
     out = new_out_dir(spec.out) if rank0 else Path(spec.out or "runs/_nonzero_rank")
+    if launched:  # stop with the launching command; hold a one-node folder while alive
+        from .lifeline import bind_rank
+
+        bind_rank(out, hold_folder=spec.nnodes == 1 and spec.out is not None)
     with own_run_folder(out) if owner else nullcontext():
         return _run_in_folder(out, plan, rank0, launched, progress, verbose, label, on_step)
 

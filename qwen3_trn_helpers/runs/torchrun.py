@@ -37,6 +37,7 @@ from .folder import (
     prepare_resume_dir,
     step_reporter,
 )
+from .lifeline import launcher_environment
 from .neuron_cores import neuron_rank_environment, with_class_slice
 from .rendezvous import check_endpoint_reachable_by_all, nodes_joined
 
@@ -178,9 +179,10 @@ def _launch_in(
                     step_done(record)
                     last_step = record["step"]
 
+    env = launcher_environment(rank_environment(spec, plan.device_type))  # runs/lifeline.py
     try:
         result = run_child(
-            cmd, log=log_path, env=rank_environment(spec, plan.device_type), timeout=timeout,
+            cmd, log=log_path, env=env, timeout=timeout,
             while_running=report_steps,
         )  # fmt: skip
     finally:
