@@ -529,3 +529,82 @@ def test_a_killed_launcher_takes_its_ranks_with_it_and_keeps_its_folder(tmp_path
     assert info["status"] == "terminated", info["status"]
     assert "the command that launched this run" in (out / "launch.log").read_text()
     print(f"every process gone {gone_s:.1f} s after the kill")
+
+
+# --- round 4: --overwrite and links ----------------------------------------------------------
+
+
+def _a_previous_run(folder: Path) -> None:
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text('{"status": "completed"}')
+    (folder / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
+
+
+def test_overwrite_removes_a_link_not_what_it_points_to(tmp_path):
+    from qwen3_trn_helpers.runs.folder import prepare_out_dir
+
+    other = tmp_path / "other-run" / "checkpoint" / "step-5"
+    other.mkdir(parents=True)
+    (other / ".metadata").write_text("another run's checkpoint")
+    out = tmp_path / "run"
+    _a_previous_run(out)
+    (out / "checkpoint").symlink_to(other.parent)  # survived --overwrite, then was loaded
+    (out / "tb").symlink_to(tmp_path / "nowhere")  # a dangling link counts too
+    assert prepare_out_dir(out, overwrite=True) == out
+    assert sorted(p.name for p in out.iterdir()) == []
+    assert (other / ".metadata").read_text() == "another run's checkpoint"
+
+
+def test_a_failed_removal_is_named_and_leaves_a_folder_overwrite_can_use(
+    tmp_path, monkeypatch, capsys
+):
+    from qwen3_trn_helpers.runs import folder
+
+    out = tmp_path / "run"
+    _a_previous_run(out)
+    (out / "checkpoint" / "step-5").mkdir(parents=True)
+
+    def refuses(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(folder.shutil, "rmtree", refuses)
+    assert main(["train", "--steps", "1", "--out", str(out), "--overwrite"]) == 1
+    line = one_error_line(capsys)
+    assert f"--overwrite could not remove {out / 'checkpoint'} (Permission denied)" in line
+    assert (out / "run.json").exists()  # still a run of ours: the next --overwrite works
+    monkeypatch.undo()
+    assert folder.prepare_out_dir(out, overwrite=True) == out
+    assert not (out / "checkpoint").exists() and not (out / "run.json").exists()
+
+
+# --- round 4: Ctrl-C during a save on several ranks ---------------------------------------------
+
+
+def test_ctrl_c_that_surfaces_as_a_write_error_is_still_a_ctrl_c(tmp_path, monkeypatch, capsys):
+    """With --nproc 2 a Ctrl-C during a save reached rank 0 as DCP's write error (its
+    peer had stopped): the terminal said `interrupted`, run.json `failed`. The stop the
+    process received decides, whatever error it caused; each rank's run is the same."""
+    import signal
+
+    def save_cut_by_ctrl_c(*args, **kwargs):
+        try:
+            signal.raise_signal(signal.SIGINT)  # the Ctrl-C, swallowed inside a collective
+        except KeyboardInterrupt:
+            pass
+        raise CheckpointException("save failed", {0: (OSError(5, "write failed"), None)})
+
+    monkeypatch.setattr(dcp, "save", save_cut_by_ctrl_c)
+    out = tmp_path / "run"
+    argv = ["train", "--steps", "3", "--checkpoint-interval", "1", "--out", str(out)]
+    assert main([*argv, "--no-progress"]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("interrupted: ")
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "interrupted" and "error" not in info
+
+
+def test_a_ctrl_c_on_any_rank_of_a_failed_save_is_a_ctrl_c():
+    from qwen3_trn_helpers.training.checkpoint import _interrupted
+
+    write_error = (OSError(5, "write failed"), None)
+    assert _interrupted(CheckpointException("x", {0: write_error, 1: (KeyboardInterrupt(), None)}))
+    assert not _interrupted(CheckpointException("x", {0: write_error}))

@@ -172,7 +172,8 @@ def prepare_out_dir(out: Path, overwrite: bool = False) -> Path:
     what a run of ours wrote (:data:`RUN_FILES`, :data:`RUN_FOLDERS`), and only from a
     folder that a run of ours wrote (it has run.json).
     """
-    previous = [name for name in RUN_FILES[:2] + RUN_FOLDERS if (out / name).exists()]
+    # lexists: a link (even a dangling one) named like ours is a previous run's entry too
+    previous = [name for name in RUN_FILES[:2] + RUN_FOLDERS if os.path.lexists(out / name)]
     if previous:
         if not overwrite:
             raise RunFolderError(
@@ -184,12 +185,29 @@ def prepare_out_dir(out: Path, overwrite: bool = False) -> Path:
                 f"{out} holds {', '.join(previous)} but no run.json: not a qwen3-trn run "
                 "folder, and --overwrite removes only a run of ours; choose another --out"
             )
-        for name in RUN_FILES:
-            (out / name).unlink(missing_ok=True)
-        for name in RUN_FOLDERS:
-            shutil.rmtree(out / name, ignore_errors=True)
+        # folders first and run.json last: a removal that fails leaves a folder that is
+        # still a run of ours, which the next --overwrite can clear
+        for name in (*RUN_FOLDERS, *RUN_FILES[2:], *RUN_FILES[:2]):
+            _remove_entry(out / name)
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def _remove_entry(path: Path) -> None:
+    """Remove one entry of a previous run without following a link (a ``checkpoint``
+    that links to another run's folder goes, that folder stays); a failure is named."""
+    try:
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise RunFolderError(
+            f"--overwrite could not remove {path} ({e.strerror or e}); nothing of the new "
+            "run was written: fix its permissions or remove it yourself, then run again"
+        ) from None
 
 
 #: settings a resumed run must share with the checkpointed one (they shape the model,

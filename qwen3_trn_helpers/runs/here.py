@@ -10,13 +10,14 @@ torchtitan's.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, Terminated
+from ..errors import ConfigError, Terminated, stop_signal
 from ..training.metrics_file import read_metrics
 from ..training.ranks import launched_by_torchrun, rank, world_size
 from ..training.spec import Plan
@@ -145,6 +146,10 @@ def _run_in_folder(
         result.status = "terminated" if isinstance(e, Terminated) else "interrupted"
         raise
     except BaseException as e:
+        stopped = stop_signal()  # a stop that surfaced as another error is still a stop
+        if stopped is not None:
+            result.status = "terminated" if stopped == signal.SIGTERM else "interrupted"
+            raise (Terminated if stopped == signal.SIGTERM else KeyboardInterrupt)() from None
         result.status, error = "failed", f"{type(e).__name__}: {e}"
         raise
     finally:
