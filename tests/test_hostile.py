@@ -608,3 +608,70 @@ def test_a_ctrl_c_on_any_rank_of_a_failed_save_is_a_ctrl_c():
     write_error = (OSError(5, "write failed"), None)
     assert _interrupted(CheckpointException("x", {0: write_error, 1: (KeyboardInterrupt(), None)}))
     assert not _interrupted(CheckpointException("x", {0: write_error}))
+
+
+# --- round 4: one settings check across nodes ---------------------------------------------------
+
+_RANK_CHECK = """
+import os, sys, json
+import torch.distributed as dist
+from qwen3_trn_helpers.errors import ConfigError
+from qwen3_trn_helpers.training.ranks import check_same_versions
+dist.init_process_group("gloo", timeout=__import__("datetime").timedelta(seconds=30))
+try:
+    check_same_versions(json.loads(sys.argv[1]))
+    print("agreed")
+except ConfigError as e:
+    print(f"error: {e}")
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_nodes_started_with_other_settings_stop_naming_the_setting(tmp_path):
+    """Node B with --seq-len 64 against node A's default trained silently (tokens_seen
+    disagreed with run.json). The check the ranks already make for library versions now
+    compares each node's resolved settings too: every rank stops with the same line."""
+    from qwen3_trn_helpers.training.ranks import free_port
+
+    port = free_port()
+    a = {"variant": "native", "seq len": 256, "--out": "/shared/run"}
+    b = {**a, "seq len": 64}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RANK_CHECK, json.dumps(settings)],
+            env={
+                **os.environ,
+                "RANK": str(r),
+                "WORLD_SIZE": "2",
+                "GROUP_RANK": str(r),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        for r, settings in enumerate((a, b))
+    ]
+    outputs = [p.communicate(timeout=120)[0].strip().splitlines()[-1] for p in procs]
+    assert outputs[0] == outputs[1], outputs  # every rank says the same
+    assert "different run settings: seq len is 64 on node 1" in outputs[0]
+    assert "and 256 on node 0" in outputs[0]
+
+
+def test_the_settings_compared_name_each_flag(tmp_path):
+    from qwen3_trn_helpers.training.ranks import settings_mismatch
+    from qwen3_trn_helpers.training.spec import plan_run
+    from qwen3_trn_helpers.training.trainer import same_on_every_node
+
+    def report(node, **changes):
+        spec = RunSpec(out=str(tmp_path), **changes)
+        return {"node": node, "host": "h", "settings": same_on_every_node(plan_run(spec))}
+
+    assert settings_mismatch([report(0), report(1)]) is None
+    assert settings_mismatch([report(0), report(1, skip_memory_check=True)]) is None
+    line = settings_mismatch([report(0), report(1, variant="transformers_v5")])
+    assert "variant is 'transformers_v5' on node 1 (h) and 'native' on node 0" in line
+    other_out = {"node": 1, "host": "h", "settings": {**report(1)["settings"], "--out": "/b"}}
+    assert "--out is '/b' on node 1" in settings_mismatch([report(0), other_out])
