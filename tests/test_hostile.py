@@ -675,3 +675,18 @@ def test_the_settings_compared_name_each_flag(tmp_path):
     assert "variant is 'transformers_v5' on node 1 (h) and 'native' on node 0" in line
     other_out = {"node": 1, "host": "h", "settings": {**report(1)["settings"], "--out": "/b"}}
     assert "--out is '/b' on node 1" in settings_mismatch([report(0), other_out])
+
+
+# --- round 4: misleading or silent ----------------------------------------------------------------
+
+
+def test_a_resume_over_a_cut_metrics_file_says_so(tmp_path, checkpointed, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(checkpointed, out)
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    (out / "metrics.jsonl").write_text(lines[0] + "\n")  # cut to step 1; checkpoint at 2
+    argv = ["train", "--steps", "3", "--checkpoint-interval", "2", "--out", str(out), "--resume"]
+    assert main([*argv, "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "has no line for step 2, though the checkpoint at step 2 trained it" in err
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 3]

@@ -232,6 +232,8 @@ def check_resume(out: Path, step: int, plan: Plan, share: tuple[int, int] | None
         raise ConfigError(
             f"the checkpoint in {out} is at step {step}; pass --steps above it to train on"
         )
+    if share is None or share[0] == 0:
+        note_metrics_gap(out, step)
     try:
         saved = json.loads((out / "run.json").read_text())
         saved_resolved, saved_spec = saved["resolved"], saved["spec"]
@@ -250,6 +252,32 @@ def check_resume(out: Path, step: int, plan: Plan, share: tuple[int, int] | None
             f"{'; '.join(differences)}. Pass the run's own settings again (only --steps, "
             "ranks, nodes and checkpointing may change), or start a new run elsewhere"
         )
+
+
+def metrics_gap(out: Path, step: int) -> list[int]:
+    """Steps 1..``step`` (those the checkpoint holds) that metrics.jsonl has no line for."""
+    path = out / "metrics.jsonl"
+    recorded = {r.get("step") for r in read_metrics(path)} if path.exists() else set()
+    return [s for s in range(1, step + 1) if s not in recorded]
+
+
+def note_metrics_gap(out: Path, step: int) -> None:
+    """Say, before training, that a resumed run's metrics will have a hole: a
+    metrics.jsonl cut to steps 1-2 and resumed at step 20 went on 1, 2, 21, 22 silently."""
+    missing = metrics_gap(out, step)
+    if not missing:
+        return
+    span = f"{missing[0]}-{missing[-1]}" if len(missing) > 1 else str(missing[0])
+    whole = len(missing) == missing[-1] - missing[0] + 1
+    print(
+        f"note: {out / 'metrics.jsonl'} has no line for step{'s' if len(missing) > 1 else ''} "
+        f"{span if whole else f'{span} ({len(missing)} of them)'}, though the checkpoint "
+        f"at step {step} trained {'them' if len(missing) > 1 else 'it'} (the file was cut or "
+        "edited): the resumed run's "
+        "metrics go on from there, and loss curves will show the gap",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def checkpoint_data_ranks(step_dir: Path) -> int | None:
