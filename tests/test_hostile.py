@@ -690,3 +690,39 @@ def test_a_resume_over_a_cut_metrics_file_says_so(tmp_path, checkpointed, capsys
     err = capsys.readouterr().err
     assert "has no line for step 2, though the checkpoint at step 2 trained it" in err
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 3]
+
+
+# --- round 4: an endpoint answered by another service -------------------------------------------
+
+
+@pytest.mark.slow
+def test_an_endpoint_answered_by_another_service_ends_in_one_line(tmp_path, capsys):
+    """An HTTP server on the rendezvous port: the launch hung over 150 s after torchrun
+    had failed (our own count of joined nodes blocked on the HTTP server) and left
+    torchrun behind. Now it ends when torchrun does, in one line, with nothing left."""
+    import http.server
+    import threading
+    import time
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):  # its own log is not the launch's terminal
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    out = tmp_path / "never"
+    started = time.monotonic()
+    try:
+        code = main(["train", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                     "--rdzv-timeout", "15", "--out", str(out), "--no-progress"])  # fmt: skip
+    finally:
+        server.shutdown()
+    took = time.monotonic() - started
+    assert code == 1
+    line = one_error_line(capsys)
+    assert f"something that is not torchrun's rendezvous answers at 127.0.0.1:{port}" in line
+    # the timeout, the start-up margin (15 s), the stop; generous: 2 cores, shared
+    assert took < 15 + 15 + 60, took
+    assert not _processes_naming(str(out))
+    print(f"ended {took:.1f} s after the start")

@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import ConfigError, TrainingError
 from ..training.metrics_file import keep_steps_before, read_metrics
 from ..training.spec import Plan, RunSpec
-from .child import run_child
+from .child import run_child, stop_process_group
 from .folder import (
     RunResult,
     check_resume,
@@ -39,7 +39,7 @@ from .folder import (
 )
 from .lifeline import launcher_environment
 from .neuron_cores import neuron_rank_environment, with_class_slice
-from .rendezvous import check_endpoint_reachable_by_all, nodes_joined
+from .rendezvous import JoinWatch, check_endpoint_reachable_by_all
 
 
 def torchrun_command(spec: RunSpec, python: str | None = None) -> list[str]:
@@ -166,18 +166,32 @@ def _launch_in(
     node_log = f"launch-{socket.gethostname()}-{os.getpid()}.log"
     log_path = out / (node_log if multinode else "launch.log")
     last_step = resumed_from
-    joined, polled = None, 0.0
+    # how many nodes came, for the message if they never all do (read in a child: a
+    # service other than torchrun's store at the endpoint must not hang this loop)
+    watch = JoinWatch(spec.rdzv_endpoint) if multinode else None
+
+    met_by = time.monotonic() + spec.rdzv_timeout + RENDEZVOUS_SLACK_S
+    met, looked = not multinode, 0.0
 
     def report_steps(proc: subprocess.Popen) -> None:
-        nonlocal last_step, joined, polled
-        if multinode and last_step == resumed_from and time.monotonic() - polled > 2:
-            joined, polled = nodes_joined(spec.rdzv_endpoint) or joined, time.monotonic()
+        nonlocal last_step, met, looked
+        if not met and time.monotonic() - looked > 2:
+            # torchrun blocks past its join timeout when another service holds the port:
+            # the launch gives it the timeout plus a start-up margin, then stops it
+            met, looked = started_ranks(proc.pid), time.monotonic()
+            if not met and time.monotonic() > met_by and proc.poll() is None:
+                stop_process_group(proc, grace_s=3)  # it may sit in C++, deaf to SIGTERM
+                raise TrainingError(
+                    rendezvous_failed(spec, watch.joined if watch is not None else None)
+                )
         metrics = out / "metrics.jsonl"
         if metrics.exists():
             for record in read_metrics(metrics):
                 if record["step"] > last_step:
                     step_done(record)
                     last_step = record["step"]
+                    if watch is not None:
+                        watch.close()  # every node came
 
     env = launcher_environment(rank_environment(spec, plan.device_type))  # runs/lifeline.py
     try:
@@ -187,6 +201,9 @@ def _launch_in(
         )  # fmt: skip
     finally:
         close_bar()
+        if watch is not None:
+            watch.close()
+    joined = watch.joined if watch is not None else None
     if result.timed_out:
         raise TrainingError(f"{spec.world}-rank run passed {timeout:.0f} s; stopped")
     if not result.ok:
@@ -195,7 +212,7 @@ def _launch_in(
         if multinode and never_met and "RendezvousTimeoutError" in text:
             raise TrainingError(missing_nodes_message(spec, joined))
         if multinode and never_met and "RendezvousConnectionError" in text:
-            raise TrainingError(missing_nodes_message(spec, None))
+            raise TrainingError(rendezvous_failed(spec, joined))
         result.check(f"{spec.world}-rank run")
     if not (out / "run.json").exists():  # rank 0 ran on another node, without shared storage
         return RunResult(out=out, spec=spec, status="completed", writer=False)
@@ -203,6 +220,46 @@ def _launch_in(
     # the node whose torchrun started rank 0 writes the plot; the others only report
     run.writer = not multinode or run.agent == (socket.gethostname(), result.pid)
     return run
+
+
+#: seconds past --rdzv-timeout a launch waits for torchrun to start its ranks
+RENDEZVOUS_SLACK_S = 15
+
+
+def started_ranks(torchrun_pid: int) -> bool:
+    """Whether torchrun has started its ranks (the nodes met): it has child processes.
+    (``pgrep -P``: on Linux and macOS alike; without it, assume so.)"""
+    try:
+        found = subprocess.run(
+            ["pgrep", "-P", str(torchrun_pid)], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return True
+    return bool(found.stdout.strip())
+
+
+def rendezvous_failed(spec: RunSpec, joined: int | None) -> str:
+    """The nodes never met: another service at the endpoint, or nodes missing."""
+    if joined is None and _answers(spec.rdzv_endpoint):
+        return (
+            f"something that is not torchrun's rendezvous answers at {spec.rdzv_endpoint} "
+            f"(no node joined within {spec.rdzv_timeout} s): another service or a proxy "
+            "holds that port; pick a free port on the first node for --rdzv-endpoint, the "
+            "same on every node"
+        )
+    return missing_nodes_message(spec, joined)
+
+
+def _answers(endpoint: str) -> bool:
+    """Whether anything accepts a TCP connection at ``endpoint`` (a plain socket)."""
+    from ..training.spec import split_endpoint
+
+    host, port = split_endpoint(endpoint)
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except OSError:
+        return False
+    return True
 
 
 def missing_nodes_message(spec: RunSpec, joined: int | None) -> str:
