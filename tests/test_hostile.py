@@ -474,19 +474,10 @@ def test_hub_corpus_without_network_is_named_quickly(tmp_path, monkeypatch, caps
 
 
 def _processes_naming(text: str) -> list[int]:
-    """Live processes whose command line mentions ``text`` (a run folder's path)."""
-    import psutil
-
-    found = []
-    for p in psutil.process_iter(["cmdline", "status"]):
-        try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and text in " ".join(
-                p.info["cmdline"] or []
-            ):
-                found.append(p.pid)
-        except psutil.Error:
-            continue
-    return found
+    """Live processes whose command line mentions ``text`` (a run folder's path), as
+    the multi-node tests look for leftovers: ``pgrep -f`` (Linux and macOS)."""
+    found = subprocess.run(["pgrep", "-f", text], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split() if int(pid) != os.getpid()]
 
 
 @pytest.mark.slow
