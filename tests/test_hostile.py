@@ -717,3 +717,32 @@ def test_an_endpoint_answered_by_another_service_ends_in_one_line(tmp_path, caps
     assert took < 15 + 15 + 60, took
     assert not _processes_naming(str(out))
     print(f"ended {took:.1f} s after the start")
+
+
+def test_torchrun_is_watched_while_the_nodes_still_meet(tmp_path):
+    """Before its ranks exist nothing else would stop torchrun when the launcher is
+    killed (it waited out --rdzv-timeout, 600 s by default): it runs under a watch of
+    its parent. Here the watched module is http.server and its parent a shell."""
+    import time
+
+    marker = str(tmp_path / "watched")
+    shell = subprocess.Popen(
+        ["bash", "-c", f'"{sys.executable}" -m qwen3_trn_helpers.runs.lifeline http.server '
+         f'0 --bind 127.0.0.1 --directory "{marker}" & wait'],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not _processes_naming(marker):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        time.sleep(1)
+        shell.kill()  # kill -9 of the launcher
+        shell.wait()
+        killed = time.monotonic()
+        while _processes_naming(marker):
+            assert time.monotonic() - killed < 15, "the watched module outlived its parent"
+            time.sleep(0.2)
+    finally:
+        for pid in _processes_naming(marker):
+            os.kill(pid, 9)

@@ -129,3 +129,36 @@ def check_no_live_ranks(folder: Path) -> None:
     except ImportError:  # no flock (native Windows): nothing to check
         return
     os.close(fd)
+
+
+def watched(command: list[str]) -> list[str]:
+    """``python -m MODULE ARGS`` (torchrun) run under a watch of this process: before its
+    ranks exist (the nodes still meeting) nothing else would stop it if we are killed."""
+    python, flag, module, *args = command
+    if flag != "-m":
+        return command
+    return [python, "-m", __name__, module, *args]
+
+
+def _main() -> None:
+    """``python -m qwen3_trn_helpers.runs.lifeline MODULE ARGS``: run MODULE as
+    ``python -m`` would, and SIGTERM it (then exit) once its parent is gone."""
+    import runpy
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(POLL_S)
+        os.kill(os.getpid(), signal.SIGTERM)  # torchrun stops its ranks on SIGTERM
+        time.sleep(10)
+        os._exit(128 + signal.SIGTERM)  # stuck in C++ (a store that never answers)
+
+    threading.Thread(target=watch, name="qwen3-trn-lifeline", daemon=True).start()
+    module = sys.argv[1]
+    sys.argv = [module, *sys.argv[2:]]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    _main()

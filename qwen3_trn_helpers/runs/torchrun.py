@@ -37,7 +37,7 @@ from .folder import (
     prepare_resume_dir,
     step_reporter,
 )
-from .lifeline import launcher_environment
+from .lifeline import launcher_environment, watched
 from .neuron_cores import neuron_rank_environment, with_class_slice
 from .rendezvous import JoinWatch, check_endpoint_reachable_by_all
 
@@ -159,7 +159,8 @@ def _launch_in(
     else:
         out, resumed_from = prepare_out_dir(out, spec.overwrite), 0
         child = spec.replace(out=str(out), overwrite=True)
-    cmd = torchrun_command(child) + (["--verbose"] if verbose else [])
+    # torchrun under a watch of this process (runs/lifeline.py): killed, we take it along
+    cmd = watched(torchrun_command(child)) + (["--verbose"] if verbose else [])
     desc = label or f"{spec.variant} x{spec.world}"
     step_done, close_bar = step_reporter(spec.steps, desc, progress, on_step, resumed_from)
     # one log per node: on shared storage the nodes' logs sit side by side
