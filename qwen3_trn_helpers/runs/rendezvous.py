@@ -146,12 +146,12 @@ threading.Thread(target=orphaned, daemon=True).start()
 from qwen3_trn_helpers.runs.rendezvous import nodes_joined
 while True:
     print(nodes_joined(sys.argv[1]), flush=True)
-    time.sleep(2)
+    time.sleep(1)
 """
 
 
 class JoinWatch:
-    """How many nodes have joined so far (``joined``), read every 2 s by a child process.
+    """How many nodes have joined so far (``joined``), read every second by a child.
 
     Why a child: a TCPStore client talking to something that is not torchrun's store
     (an HTTP server, a proxy) can block for minutes and prints pages of C++ frames to

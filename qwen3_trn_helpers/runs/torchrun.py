@@ -211,7 +211,9 @@ def _launch_in(
         text = result.output
         never_met = last_step == resumed_from  # (afterwards: a node left mid-run)
         if multinode and never_met and "RendezvousTimeoutError" in text:
-            raise TrainingError(missing_nodes_message(spec, joined))
+            # a join that timed out had reached the rendezvous: this node at least came
+            # (the count read every second may have missed it on a busy machine)
+            raise TrainingError(missing_nodes_message(spec, max(joined or 0, 1)))
         if multinode and never_met and "RendezvousConnectionError" in text:
             raise TrainingError(rendezvous_failed(spec, joined))
         result.check(f"{spec.world}-rank run")
