@@ -143,9 +143,18 @@ def orphaned():  # the launcher gone (even while a read below hangs): go too
     os._exit(0)
 
 threading.Thread(target=orphaned, daemon=True).start()
+import socket
 from qwen3_trn_helpers.runs.rendezvous import nodes_joined
+from qwen3_trn_helpers.training.spec import split_endpoint
 while True:
-    print(nodes_joined(sys.argv[1]), flush=True)
+    try:
+        socket.create_connection(split_endpoint(sys.argv[1]), timeout=1).close()
+    except OSError:
+        print("none", flush=True)  # nothing listens there (yet)
+    else:
+        print("connect", flush=True)  # something listens: is it torchrun's store?
+        joined = nodes_joined(sys.argv[1])
+        print(-1 if joined is None else joined, flush=True)
     time.sleep(1)
 """
 
@@ -165,6 +174,8 @@ class JoinWatch:
         import threading
 
         self.joined: int | None = None
+        self._store_seen = self._not_store = False
+        self._asking_since: float | None = None
         self._proc = subprocess.Popen(
             [sys.executable, "-c", _WATCH, endpoint], stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -172,9 +183,30 @@ class JoinWatch:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
+        import time
+
         for line in self._proc.stdout or ():
-            if line.strip().isdigit() and int(line):
-                self.joined = int(line)
+            word = line.strip()
+            if word == "connect":
+                self._asking_since = self._asking_since or time.monotonic()
+                continue
+            if word.lstrip("-").isdigit():
+                self._asking_since = None
+                count = int(word)
+                self._store_seen |= count >= 0
+                self._not_store |= count < 0
+                if count > 0:
+                    self.joined = count
+
+    @property
+    def another_service(self) -> bool:
+        """Whether something other than torchrun's store answers at the endpoint: it
+        accepts connections, but no read of a rendezvous state ever succeeded (one
+        failed, or one has hung for over 5 s; torchrun's store answers at once)."""
+        import time
+
+        hung = self._asking_since is not None and time.monotonic() - self._asking_since > 5
+        return (self._not_store or hung) and not self._store_seen
 
     def close(self) -> None:
         """Stop polling (at the first step, and at the end; again is harmless)."""

@@ -176,15 +176,14 @@ def _launch_in(
 
     def report_steps(proc: subprocess.Popen) -> None:
         nonlocal last_step, met, looked
-        if not met and time.monotonic() - looked > 2:
+        if watch is not None and not met and time.monotonic() - looked > 2:
             # torchrun blocks past its join timeout when another service holds the port:
             # the launch gives it the timeout plus a start-up margin, then stops it
             met, looked = started_ranks(proc.pid), time.monotonic()
-            if not met and time.monotonic() > met_by and proc.poll() is None:
+            late = time.monotonic() > met_by and watch.another_service
+            if not met and late and proc.poll() is None:
                 stop_process_group(proc, grace_s=3)  # it may sit in C++, deaf to SIGTERM
-                raise TrainingError(
-                    rendezvous_failed(spec, watch.joined if watch is not None else None)
-                )
+                raise TrainingError(rendezvous_failed(spec, watch.joined))
         metrics = out / "metrics.jsonl"
         if metrics.exists():
             for record in read_metrics(metrics):
