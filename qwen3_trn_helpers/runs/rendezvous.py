@@ -144,6 +144,7 @@ def orphaned():  # the launcher gone (even while a read below hangs): go too
 
 threading.Thread(target=orphaned, daemon=True).start()
 import socket
+import torch.distributed  # before the first read: its import is not a slow answer
 from qwen3_trn_helpers.runs.rendezvous import nodes_joined
 from qwen3_trn_helpers.training.spec import split_endpoint
 while True:
@@ -174,7 +175,7 @@ class JoinWatch:
         import threading
 
         self.joined: int | None = None
-        self._store_seen = self._not_store = False
+        self._store_seen, self._failed_reads = False, 0
         self._asking_since: float | None = None
         self._proc = subprocess.Popen(
             [sys.executable, "-c", _WATCH, endpoint], stdin=subprocess.DEVNULL,
@@ -194,19 +195,19 @@ class JoinWatch:
                 self._asking_since = None
                 count = int(word)
                 self._store_seen |= count >= 0
-                self._not_store |= count < 0
+                self._failed_reads += count < 0
                 if count > 0:
                     self.joined = count
 
     @property
     def another_service(self) -> bool:
         """Whether something other than torchrun's store answers at the endpoint: it
-        accepts connections, but no read of a rendezvous state ever succeeded (one
+        accepts connections, but no read of a rendezvous state ever succeeded (three
         failed, or one has hung for over 5 s; torchrun's store answers at once)."""
         import time
 
         hung = self._asking_since is not None and time.monotonic() - self._asking_since > 5
-        return (self._not_store or hung) and not self._store_seen
+        return (self._failed_reads >= 3 or hung) and not self._store_seen
 
     def close(self) -> None:
         """Stop polling (at the first step, and at the end; again is harmless)."""
