@@ -16,7 +16,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from qwen3_trn_helpers import assets, run
 from qwen3_trn_helpers.cli import main
-from qwen3_trn_helpers.errors import AssetError, ConfigError, TrainingError
+from qwen3_trn_helpers.errors import AssetError, ConfigError, RunFolderError, TrainingError
 from qwen3_trn_helpers.model.hf_checkpoint import check_hf_checkpoint
 from qwen3_trn_helpers.runs.folder import own_run_folder
 from qwen3_trn_helpers.training.metrics_file import read_metrics, strict_json, to_record
@@ -481,11 +481,11 @@ def _processes_naming(text: str) -> list[int]:
 
 
 @pytest.mark.slow
-def test_a_killed_launcher_takes_its_ranks_with_it_and_keeps_its_folder(tmp_path, capsys):
+def test_a_killed_launcher_takes_its_ranks_with_it(tmp_path):
     """kill -9 of `train --nproc 2`: torchrun and both ranks used to train on (parent 1),
     `--overwrite` was accepted meanwhile, and the orphans wrote checkpoints into the new
-    run's folder. Now the folder is refused while a rank lives, and every process of the
-    run is gone within seconds, with run.json saying so."""
+    run's folder. Now every process of the run is gone within seconds, run.json saying
+    so (and until then the folder is refused: the next test)."""
     import signal
     import time
 
@@ -503,9 +503,6 @@ def test_a_killed_launcher_takes_its_ranks_with_it_and_keeps_its_folder(tmp_path
         cli.kill()  # SIGKILL: nothing of ours runs in the launcher any more
         cli.wait()
         killed = time.monotonic()
-        # at once: a rank of the killed run still lives, so the folder is not given away
-        assert main(["train", "--steps", "1", "--out", str(out), "--overwrite"]) == 1
-        assert "still being written by ranks of an earlier run" in one_error_line(capsys)
         while _processes_naming(str(out)):
             assert time.monotonic() - killed < 60, "torchrun or a rank outlived the launcher"
             time.sleep(0.2)
@@ -520,6 +517,32 @@ def test_a_killed_launcher_takes_its_ranks_with_it_and_keeps_its_folder(tmp_path
     assert info["status"] == "terminated", info["status"]
     assert "the command that launched this run" in (out / "launch.log").read_text()
     print(f"every process gone {gone_s:.1f} s after the kill")
+
+
+def test_a_folder_is_refused_while_a_rank_of_another_run_holds_it(tmp_path, capsys):
+    """What each launched rank holds while it lives (runs/lifeline.py): a shared lock.
+    A rank stands in here as a child process holding it; the folder is refused until
+    that process is gone, however it ends."""
+    from qwen3_trn_helpers.runs.lifeline import RANKS_LOCK
+
+    out = tmp_path / "K"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR "
+         "| os.O_CREAT); fcntl.flock(fd, fcntl.LOCK_SH); print('held', flush=True); "
+         "sys.stdin.read()", str(out / RANKS_LOCK)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunFolderError, match="still being written by ranks of an earlier"):
+            with own_run_folder(out):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with own_run_folder(out):  # the rank gone: the folder is free
+        pass
 
 
 # --- round 4: --overwrite and links ----------------------------------------------------------
