@@ -110,11 +110,24 @@ TOKENIZER_FORMAT = 2  # bump when the build below changes, to rebuild caches (2:
 
 
 def cache_dir() -> Path:
-    """Where built assets live: $QWEN3_TRN_CACHE, else $XDG_CACHE_HOME/qwen3-trn."""
+    """Where built assets live: $QWEN3_TRN_CACHE, else $XDG_CACHE_HOME/qwen3-trn.
+
+    A path that cannot be a folder (it, or a folder above it, is a file) is refused here,
+    naming the variable, not later as an OSError from whichever asset is built first."""
     if os.environ.get("QWEN3_TRN_CACHE"):
-        return Path(os.environ["QWEN3_TRN_CACHE"]).expanduser().absolute()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "qwen3-trn"
+        cache = Path(os.environ["QWEN3_TRN_CACHE"]).expanduser().absolute()
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+        cache = Path(base).expanduser().absolute() / "qwen3-trn"
+    for folder in (cache, *cache.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise AssetError(
+                    f"the asset cache {cache} cannot be a folder: {folder} is a file; set "
+                    "QWEN3_TRN_CACHE to a folder (or to a path where one can be made)"
+                )
+            break
+    return cache
 
 
 def cached_folder(target: Path, build: Callable[[Path], object], marker: str) -> Path:

@@ -304,7 +304,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if rank() != 0:
         return 0
     if not result.metrics:  # a node of several without the shared folder rank 0 wrote
-        print(f"this node's ranks finished; rank 0's node wrote the metrics to {result.out}")
+        print(
+            f"this node's ranks finished; the metrics are in rank 0's node's {result.out} "
+            "(this node's folder of that name holds none: it is not shared with rank 0's)"
+        )
         return 0
     first, last = result.losses[0], result.losses[-1]
     print(

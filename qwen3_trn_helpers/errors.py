@@ -60,9 +60,23 @@ class Terminated(KeyboardInterrupt):
     """
 
 
+#: the stop signals this process received (see :func:`stop_signal`)
+_received: list[int] = []
+
+
+def stop_signal() -> int | None:
+    """The first SIGINT/SIGTERM this process received inside :func:`terminate_on_sigterm`.
+
+    Why: a Ctrl-C that lands inside a collective (a checkpoint save on several ranks)
+    can surface as another error (DCP's write error on the rank whose peer stopped);
+    a run that was asked to stop is "interrupted" whatever error its stop caused."""
+    return _received[0] if _received else None
+
+
 @contextmanager
 def terminate_on_sigterm() -> Iterator[None]:
-    """SIGTERM raises :class:`Terminated` in the main thread while inside (else nothing)."""
+    """SIGTERM raises :class:`Terminated` in the main thread while inside (else nothing);
+    SIGINT stays a KeyboardInterrupt. Both are remembered (:func:`stop_signal`)."""
     import signal
     import threading
 
@@ -70,11 +84,26 @@ def terminate_on_sigterm() -> Iterator[None]:
         yield
         return
 
-    def handler(signum, frame):
+    def on_sigterm(signum, frame):
+        _received.append(signum)
         raise Terminated(f"signal {signum}")
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    def on_sigint(signum, frame):
+        _received.append(signum)
+        if callable(previous_int):
+            previous_int(signum, frame)  # Python's default: KeyboardInterrupt
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    previous_int = signal.getsignal(signal.SIGINT)
+    if previous_int is signal.SIG_IGN:  # started in the background: leave it ignored
+        previous_int = None
+    else:
+        signal.signal(signal.SIGINT, on_sigint)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if previous_int is not None:
+            signal.signal(signal.SIGINT, previous_int)
+        _received.clear()

@@ -413,7 +413,54 @@ def read_manifest(house: Path) -> dict:
             f"{path} has format {manifest.get('format')}, this setup reads {FORMAT}; rebuild "
             "the wheelhouse with this checkout's `qwen3-trn wheelhouse`"
         )
+    _check_entry_names(manifest, house)
     return manifest
+
+
+def _plain_name(name: object) -> bool:
+    """A file or folder name that stays in its folder: no separator, no ``..``, no
+    control characters, not absolute (on any platform the wheelhouse is copied to)."""
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and not any(c in name for c in "/\\:")
+        and name.isprintable()
+    )
+
+
+def _check_entry_names(manifest: dict, house: Path) -> None:
+    """Every manifest entry is a plain name inside its folder, checked before pip runs
+    and before anything is copied: a manifest is data from a USB stick, not a script."""
+    rebuild = f"rebuild it: qwen3-trn wheelhouse {house}"
+    wheels, assets = manifest.get("wheels"), manifest.get("assets")
+    if not isinstance(wheels, dict) or not isinstance(assets, dict):
+        raise WheelhouseError(f"{house / MANIFEST} lists no wheels or assets; {rebuild}")
+    entries = [("wheels", name) for name in wheels]
+    for folder, files in assets.items():
+        entries.append(("assets", folder))
+        if not isinstance(files, dict):
+            raise WheelhouseError(
+                f"{house / MANIFEST}: assets/{folder!r} is not a list of files; {rebuild}"
+            )
+        entries += [(f"assets/{folder}", name) for name in files]
+    for sub, name in entries:
+        if not _plain_name(name):
+            raise WheelhouseError(
+                f"{house / MANIFEST} lists {sub}/{name!r}, which is not a plain file name "
+                f"inside {sub}/ (a path, '..' or a control character): nothing was "
+                f"installed; use a wheelhouse you trust, or {rebuild}"
+            )
+
+
+def _inside(folder: Path, path: Path) -> Path:
+    """``path`` resolved (links followed), refused unless it lies inside ``folder``."""
+    resolved = path.resolve()
+    if not resolved.is_relative_to(folder.resolve()):
+        raise WheelhouseError(
+            f"installing the wheelhouse's assets would write {resolved}, outside the cache "
+            f"{folder}: remove the link at {path}, or set QWEN3_TRN_CACHE to another folder"
+        )
+    return path
 
 
 def _rebuild_hint(manifest: dict, house: Path) -> str:
@@ -491,12 +538,13 @@ def install_assets(house: Path) -> list[Path]:
     cache.mkdir(parents=True, exist_ok=True)
     placed = []
     for folder, files in manifest["assets"].items():
-        target = cache / folder
+        target = _inside(cache, cache / folder)
         if folder == "downloads":
             target.mkdir(exist_ok=True)
             for name in files:
-                if not (target / name).exists():
-                    shutil.copy2(house / "assets" / folder / name, target / name)
+                dest = _inside(cache, target / name)
+                if not dest.exists() and not dest.is_symlink():
+                    shutil.copy2(house / "assets" / folder / name, dest)
             continue
         if target.exists():
             print(f"assets: {target} is already there")

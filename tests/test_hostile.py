@@ -16,7 +16,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from qwen3_trn_helpers import assets, run
 from qwen3_trn_helpers.cli import main
-from qwen3_trn_helpers.errors import AssetError, ConfigError, TrainingError
+from qwen3_trn_helpers.errors import AssetError, ConfigError, RunFolderError, TrainingError
 from qwen3_trn_helpers.model.hf_checkpoint import check_hf_checkpoint
 from qwen3_trn_helpers.runs.folder import own_run_folder
 from qwen3_trn_helpers.training.metrics_file import read_metrics, strict_json, to_record
@@ -325,3 +325,447 @@ def test_bad_input_raises_config_error_in_python_too():
         RunSpec(lr=float("nan")).validate()
     with pytest.raises(ConfigError, match="resume needs --out"):
         RunSpec(resume=True, checkpoint_interval=1).validate()
+
+
+# --- round 4 (issue 26): a wheelhouse stays in its folder -------------------------------------
+
+
+def _fake_house(tmp_path: Path, wheels: dict, assets_: dict) -> Path:
+    """A wheelhouse for this Python and machine whose manifest lists what a test wants."""
+    from qwen3_trn_helpers import wheelhouse
+
+    house = tmp_path / "house"
+    (house / "assets" / "downloads").mkdir(parents=True)
+    (house / "wheels").mkdir()
+    manifest = {
+        "format": wheelhouse.FORMAT, "qwen3_trn": "0", "requirement": "qwen3-trn",
+        "target": "here", "python_version": wheelhouse._host_python(),
+        "markers": wheelhouse.host_markers(), "command": "", "left_out": {},
+        "wheels": wheels, "assets": assets_,
+    }  # fmt: skip
+    (house / "manifest.json").write_text(json.dumps(manifest))
+    return house
+
+
+@pytest.mark.parametrize(
+    "where, name",
+    [("asset", "../../evil.sh"), ("asset", "/etc/hostname"), ("wheel", "../x.whl"),
+     ("folder", ".."), ("asset", "a\nb")],
+)  # fmt: skip
+def test_a_wheelhouse_entry_is_a_plain_name_inside_its_folder(
+    tmp_path, monkeypatch, capsys, where, name
+):
+    from qwen3_trn_helpers import wheelhouse
+
+    evil = tmp_path / "evil.sh"
+    entry = {"bytes": 3, "sha256": "0" * 64}
+    files = {name if where == "asset" else "ok.txt": entry}
+    house = _fake_house(
+        tmp_path,
+        {name: entry} if where == "wheel" else {},
+        {name if where == "folder" else "downloads": files},
+    )
+    (house / "assets" / "evil.sh").write_text("rm")  # what ../ would reach from downloads/
+    cache = tmp_path / "a" / "b" / "cache"
+    monkeypatch.setenv("QWEN3_TRN_CACHE", str(cache))
+    for command in ("verify", "install-assets"):
+        assert wheelhouse.main([command, str(house)]) == 1
+        line = one_error_line(capsys)
+        assert f"{name!r}, which is not a plain file name" in line, line
+    assert not evil.exists() and not (tmp_path / "a" / "evil.sh").exists()
+
+
+def test_installed_assets_never_follow_a_link_out_of_the_cache(tmp_path, monkeypatch, capsys):
+    from qwen3_trn_helpers import wheelhouse
+
+    house = _fake_house(tmp_path, {}, {"downloads": {"f.txt": {"bytes": 1, "sha256": "0"}}})
+    (house / "assets" / "downloads" / "f.txt").write_text("x")
+    cache, outside = tmp_path / "cache", tmp_path / "outside"
+    cache.mkdir(), outside.mkdir()
+    (cache / "downloads").symlink_to(outside)  # a link planted in the cache
+    monkeypatch.setenv("QWEN3_TRN_CACHE", str(cache))
+    assert wheelhouse.main(["install-assets", str(house)]) == 1
+    assert "outside the cache" in one_error_line(capsys)
+    assert not (outside / "f.txt").exists()
+
+
+# --- round 4: the Python API takes any object, and threads ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "param, value, said",
+    [("out", 123, "out must be a str (or None), got int 123"),
+     ("steps", "10", "steps must be a int, got str '10'"),
+     ("resume", "yes", "resume must be a bool, got str 'yes'"),
+     ("nproc", True, "nproc must be a int, got bool True"),
+     ("corpus", ["a.txt"], "corpus must be a str (or None), got list")],
+)  # fmt: skip
+def test_a_wrong_type_in_the_python_api_names_the_parameter(param, value, said):
+    with pytest.raises(ConfigError) as refused:
+        run(**{param: value, "progress": False})
+    assert said in str(refused.value)
+
+
+def test_a_second_run_in_the_same_process_is_refused_clearly(tmp_path):
+    """Two threads calling run() with different folders failed inside torch; the second
+    is now refused in one line while the first trains on and completes."""
+    import threading
+
+    training, tried = threading.Event(), threading.Event()
+
+    def on_step(record):
+        if record["step"] == 1:
+            training.set()
+            tried.wait(timeout=120)  # hold the first run mid-training
+
+    thread = threading.Thread(
+        target=run, name="first-run",
+        kwargs=dict(steps=2, out=str(tmp_path / "a"), progress=False, on_step=on_step),
+    )  # fmt: skip
+    thread.start()
+    try:
+        assert training.wait(timeout=300)
+        with pytest.raises(ConfigError) as refused:
+            run(steps=1, out=str(tmp_path / "b"), progress=False)
+    finally:
+        tried.set()
+        thread.join(timeout=300)
+    assert "a run is already in progress in this process (thread 'first-run')" in str(refused.value)
+    assert json.loads((tmp_path / "a" / "run.json").read_text())["status"] == "completed"
+    assert not (tmp_path / "b").exists()
+
+
+# --- round 4: no more `unexpected` ---------------------------------------------------------------
+
+
+def test_a_cache_under_a_file_is_named(tmp_path, monkeypatch, capsys):
+    (tmp_path / "afile").write_text("x")
+    for cache in ("afile/x", "afile"):
+        monkeypatch.setenv("QWEN3_TRN_CACHE", str(tmp_path / cache))
+        assert main(["train", "--steps", "1", "--out", str(tmp_path / "run")]) == 1
+        line = one_error_line(capsys)
+        assert f"{tmp_path / 'afile'} is a file; set QWEN3_TRN_CACHE to a folder" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_hub_corpus_without_network_is_named_quickly(tmp_path, monkeypatch, capsys):
+    """The hub allowed (HF_HUB_OFFLINE=0) but nothing answers: a closed local port stands
+    in for a machine without network (no request leaves this machine)."""
+    import socket
+    import time
+
+    from huggingface_hub import constants
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: connections are refused
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    started = time.monotonic()
+    assert main(["train", "--corpus", "c4", "--steps", "1", "--out", str(tmp_path / "r")]) == 1
+    line = one_error_line(capsys)
+    assert f"corpus 'c4' streams from the Hugging Face hub, but http://127.0.0.1:{port}" in line
+    assert "does not answer from this machine" in line
+    assert time.monotonic() - started < 20
+
+
+# --- round 4: no orphan ranks after a kill -9 of the command ------------------------------------
+
+
+def _processes_naming(text: str) -> list[int]:
+    """Live processes whose command line mentions ``text`` (a run folder's path), as
+    the multi-node tests look for leftovers: ``pgrep -f`` (Linux and macOS)."""
+    found = subprocess.run(["pgrep", "-f", text], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split() if int(pid) != os.getpid()]
+
+
+@pytest.mark.slow
+def test_a_killed_launcher_takes_its_ranks_with_it(tmp_path):
+    """kill -9 of `train --nproc 2`: torchrun and both ranks used to train on (parent 1),
+    `--overwrite` was accepted meanwhile, and the orphans wrote checkpoints into the new
+    run's folder. Now every process of the run is gone within seconds, run.json saying
+    so (and until then the folder is refused: the next test)."""
+    import signal
+    import time
+
+    out = tmp_path / "K"
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "qwen3_trn_helpers", "train", "--nproc", "2", "--steps", "40",
+         "--checkpoint-interval", "5", "--out", str(out), "--no-progress"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 400
+        while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text():
+            assert cli.poll() is None and time.monotonic() < deadline, "the run never trained"
+            time.sleep(0.2)
+        cli.kill()  # SIGKILL: nothing of ours runs in the launcher any more
+        cli.wait()
+        killed = time.monotonic()
+        while _processes_naming(str(out)):
+            assert time.monotonic() - killed < 60, "torchrun or a rank outlived the launcher"
+            time.sleep(0.2)
+        gone_s = time.monotonic() - killed
+    finally:
+        for pid in _processes_naming(str(out)):
+            os.kill(pid, signal.SIGKILL)
+    steps = sorted(p.name for p in (out / "checkpoint").glob("step-*"))
+    time.sleep(2)
+    assert sorted(p.name for p in (out / "checkpoint").glob("step-*")) == steps
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "terminated", info["status"]
+    assert "the command that launched this run" in (out / "launch.log").read_text()
+    print(f"every process gone {gone_s:.1f} s after the kill")
+
+
+def test_a_folder_is_refused_while_a_rank_of_another_run_holds_it(tmp_path, capsys):
+    """What each launched rank holds while it lives (runs/lifeline.py): a shared lock.
+    A rank stands in here as a child process holding it; the folder is refused until
+    that process is gone, however it ends."""
+    from qwen3_trn_helpers.runs.lifeline import RANKS_LOCK
+
+    out = tmp_path / "K"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR "
+         "| os.O_CREAT); fcntl.flock(fd, fcntl.LOCK_SH); print('held', flush=True); "
+         "sys.stdin.read()", str(out / RANKS_LOCK)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunFolderError, match="still being written by ranks of an earlier"):
+            with own_run_folder(out):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with own_run_folder(out):  # the rank gone: the folder is free
+        pass
+
+
+# --- round 4: --overwrite and links ----------------------------------------------------------
+
+
+def _a_previous_run(folder: Path) -> None:
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text('{"status": "completed"}')
+    (folder / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
+
+
+def test_overwrite_removes_a_link_not_what_it_points_to(tmp_path):
+    from qwen3_trn_helpers.runs.folder import prepare_out_dir
+
+    other = tmp_path / "other-run" / "checkpoint" / "step-5"
+    other.mkdir(parents=True)
+    (other / ".metadata").write_text("another run's checkpoint")
+    out = tmp_path / "run"
+    _a_previous_run(out)
+    (out / "checkpoint").symlink_to(other.parent)  # survived --overwrite, then was loaded
+    (out / "tb").symlink_to(tmp_path / "nowhere")  # a dangling link counts too
+    assert prepare_out_dir(out, overwrite=True) == out
+    assert sorted(p.name for p in out.iterdir()) == []
+    assert (other / ".metadata").read_text() == "another run's checkpoint"
+
+
+def test_a_failed_removal_is_named_and_leaves_a_folder_overwrite_can_use(
+    tmp_path, monkeypatch, capsys
+):
+    from qwen3_trn_helpers.runs import folder
+
+    out = tmp_path / "run"
+    _a_previous_run(out)
+    (out / "checkpoint" / "step-5").mkdir(parents=True)
+
+    def refuses(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(folder.shutil, "rmtree", refuses)
+    assert main(["train", "--steps", "1", "--out", str(out), "--overwrite"]) == 1
+    line = one_error_line(capsys)
+    assert f"--overwrite could not remove {out / 'checkpoint'} (Permission denied)" in line
+    assert (out / "run.json").exists()  # still a run of ours: the next --overwrite works
+    monkeypatch.undo()
+    assert folder.prepare_out_dir(out, overwrite=True) == out
+    assert not (out / "checkpoint").exists() and not (out / "run.json").exists()
+
+
+# --- round 4: Ctrl-C during a save on several ranks ---------------------------------------------
+
+
+def test_ctrl_c_that_surfaces_as_a_write_error_is_still_a_ctrl_c(tmp_path, monkeypatch, capsys):
+    """With --nproc 2 a Ctrl-C during a save reached rank 0 as DCP's write error (its
+    peer had stopped): the terminal said `interrupted`, run.json `failed`. The stop the
+    process received decides, whatever error it caused; each rank's run is the same."""
+    import signal
+
+    def save_cut_by_ctrl_c(*args, **kwargs):
+        try:
+            signal.raise_signal(signal.SIGINT)  # the Ctrl-C, swallowed inside a collective
+        except KeyboardInterrupt:
+            pass
+        raise CheckpointException("save failed", {0: (OSError(5, "write failed"), None)})
+
+    monkeypatch.setattr(dcp, "save", save_cut_by_ctrl_c)
+    out = tmp_path / "run"
+    argv = ["train", "--steps", "3", "--checkpoint-interval", "1", "--out", str(out)]
+    assert main([*argv, "--no-progress"]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("interrupted: ")
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "interrupted" and "error" not in info
+
+
+def test_a_ctrl_c_on_any_rank_of_a_failed_save_is_a_ctrl_c():
+    from qwen3_trn_helpers.training.checkpoint import _interrupted
+
+    write_error = (OSError(5, "write failed"), None)
+    assert _interrupted(CheckpointException("x", {0: write_error, 1: (KeyboardInterrupt(), None)}))
+    assert not _interrupted(CheckpointException("x", {0: write_error}))
+
+
+# --- round 4: one settings check across nodes ---------------------------------------------------
+
+_RANK_CHECK = """
+import os, sys, json
+import torch.distributed as dist
+from qwen3_trn_helpers.errors import ConfigError
+from qwen3_trn_helpers.training.ranks import check_same_versions
+dist.init_process_group("gloo", timeout=__import__("datetime").timedelta(seconds=30))
+try:
+    check_same_versions(json.loads(sys.argv[1]))
+    print("agreed")
+except ConfigError as e:
+    print(f"error: {e}")
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_nodes_started_with_other_settings_stop_naming_the_setting(tmp_path):
+    """Node B with --seq-len 64 against node A's default trained silently (tokens_seen
+    disagreed with run.json). The check the ranks already make for library versions now
+    compares each node's resolved settings too: every rank stops with the same line."""
+    from qwen3_trn_helpers.training.ranks import free_port
+
+    port = free_port()
+    a = {"variant": "native", "seq len": 256, "--out": "/shared/run"}
+    b = {**a, "seq len": 64}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RANK_CHECK, json.dumps(settings)],
+            env={
+                **os.environ,
+                "RANK": str(r),
+                "WORLD_SIZE": "2",
+                "GROUP_RANK": str(r),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        for r, settings in enumerate((a, b))
+    ]
+    outputs = [p.communicate(timeout=120)[0].strip().splitlines()[-1] for p in procs]
+    assert outputs[0] == outputs[1], outputs  # every rank says the same
+    assert "different run settings: seq len is 64 on node 1" in outputs[0]
+    assert "and 256 on node 0" in outputs[0]
+
+
+def test_the_settings_compared_name_each_flag(tmp_path):
+    from qwen3_trn_helpers.training.ranks import settings_mismatch
+    from qwen3_trn_helpers.training.spec import plan_run
+    from qwen3_trn_helpers.training.trainer import same_on_every_node
+
+    def report(node, **changes):
+        spec = RunSpec(out=str(tmp_path), **changes)
+        return {"node": node, "host": "h", "settings": same_on_every_node(plan_run(spec))}
+
+    assert settings_mismatch([report(0), report(1)]) is None
+    assert settings_mismatch([report(0), report(1, skip_memory_check=True)]) is None
+    line = settings_mismatch([report(0), report(1, variant="transformers_v5")])
+    assert "variant is 'transformers_v5' on node 1 (h) and 'native' on node 0" in line
+    other_out = {"node": 1, "host": "h", "settings": {**report(1)["settings"], "--out": "/b"}}
+    assert "--out is '/b' on node 1" in settings_mismatch([report(0), other_out])
+
+
+# --- round 4: misleading or silent ----------------------------------------------------------------
+
+
+def test_a_resume_over_a_cut_metrics_file_says_so(tmp_path, checkpointed, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(checkpointed, out)
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    (out / "metrics.jsonl").write_text(lines[0] + "\n")  # cut to step 1; checkpoint at 2
+    argv = ["train", "--steps", "3", "--checkpoint-interval", "2", "--out", str(out), "--resume"]
+    assert main([*argv, "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "has no line for step 2, though the checkpoint at step 2 trained it" in err
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 3]
+
+
+# --- round 4: an endpoint answered by another service -------------------------------------------
+
+
+@pytest.mark.slow
+def test_an_endpoint_answered_by_another_service_ends_in_one_line(tmp_path, capsys):
+    """An HTTP server on the rendezvous port: the launch hung over 150 s after torchrun
+    had failed (our own count of joined nodes blocked on the HTTP server) and left
+    torchrun behind. Now it ends when torchrun does, in one line, with nothing left."""
+    import http.server
+    import threading
+    import time
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):  # its own log is not the launch's terminal
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    out = tmp_path / "never"
+    started = time.monotonic()
+    try:
+        code = main(["train", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                     "--rdzv-timeout", "15", "--out", str(out), "--no-progress"])  # fmt: skip
+    finally:
+        server.shutdown()
+    took = time.monotonic() - started
+    assert code == 1
+    line = one_error_line(capsys)
+    assert f"something that is not torchrun's rendezvous answers at 127.0.0.1:{port}" in line
+    # the timeout, the start-up margin (15 s), the stop; generous: 2 cores, shared
+    assert took < 15 + 15 + 60, took
+    assert not _processes_naming(str(out))
+    print(f"ended {took:.1f} s after the start")
+
+
+def test_torchrun_is_watched_while_the_nodes_still_meet(tmp_path):
+    """Before its ranks exist nothing else would stop torchrun when the launcher is
+    killed (it waited out --rdzv-timeout, 600 s by default): it runs under a watch of
+    its parent. Here the watched module is http.server and its parent a shell."""
+    import time
+
+    marker = str(tmp_path / "watched")
+    shell = subprocess.Popen(
+        ["bash", "-c", f'"{sys.executable}" -m qwen3_trn_helpers.runs.lifeline http.server '
+         f'0 --bind 127.0.0.1 --directory "{marker}" & wait'],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not _processes_naming(marker):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        time.sleep(1)
+        shell.kill()  # kill -9 of the launcher
+        shell.wait()
+        killed = time.monotonic()
+        while _processes_naming(marker):
+            assert time.monotonic() - killed < 15, "the watched module outlived its parent"
+            time.sleep(0.2)
+    finally:
+        for pid in _processes_naming(marker):
+            os.kill(pid, 9)

@@ -150,6 +150,13 @@ def own_run_folder(out: Path) -> Iterator[None]:
             "can write to (--out)"
         ) from None
     try:
+        from .lifeline import check_no_live_ranks
+
+        check_no_live_ranks(out)  # a killed launcher's ranks may still be writing
+    except BaseException:
+        lock.release()
+        raise
+    try:
         command = " ".join(sys.argv[:6]) or "python"
         (out / OWNER_FILE).write_text(f"pid {os.getpid()} on {socket.gethostname()}: {command}")
         yield
@@ -166,7 +173,8 @@ def prepare_out_dir(out: Path, overwrite: bool = False) -> Path:
     what a run of ours wrote (:data:`RUN_FILES`, :data:`RUN_FOLDERS`), and only from a
     folder that a run of ours wrote (it has run.json).
     """
-    previous = [name for name in RUN_FILES[:2] + RUN_FOLDERS if (out / name).exists()]
+    # lexists: a link (even a dangling one) named like ours is a previous run's entry too
+    previous = [name for name in RUN_FILES[:2] + RUN_FOLDERS if os.path.lexists(out / name)]
     if previous:
         if not overwrite:
             raise RunFolderError(
@@ -178,12 +186,29 @@ def prepare_out_dir(out: Path, overwrite: bool = False) -> Path:
                 f"{out} holds {', '.join(previous)} but no run.json: not a qwen3-trn run "
                 "folder, and --overwrite removes only a run of ours; choose another --out"
             )
-        for name in RUN_FILES:
-            (out / name).unlink(missing_ok=True)
-        for name in RUN_FOLDERS:
-            shutil.rmtree(out / name, ignore_errors=True)
+        # folders first and run.json last: a removal that fails leaves a folder that is
+        # still a run of ours, which the next --overwrite can clear
+        for name in (*RUN_FOLDERS, *RUN_FILES[2:], *RUN_FILES[:2]):
+            _remove_entry(out / name)
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def _remove_entry(path: Path) -> None:
+    """Remove one entry of a previous run without following a link (a ``checkpoint``
+    that links to another run's folder goes, that folder stays); a failure is named."""
+    try:
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise RunFolderError(
+            f"--overwrite could not remove {path} ({e.strerror or e}); nothing of the new "
+            "run was written: fix its permissions or remove it yourself, then run again"
+        ) from None
 
 
 #: settings a resumed run must share with the checkpointed one (they shape the model,
@@ -208,6 +233,8 @@ def check_resume(out: Path, step: int, plan: Plan, share: tuple[int, int] | None
         raise ConfigError(
             f"the checkpoint in {out} is at step {step}; pass --steps above it to train on"
         )
+    if share is None or share[0] == 0:
+        note_metrics_gap(out, step)
     try:
         saved = json.loads((out / "run.json").read_text())
         saved_resolved, saved_spec = saved["resolved"], saved["spec"]
@@ -226,6 +253,32 @@ def check_resume(out: Path, step: int, plan: Plan, share: tuple[int, int] | None
             f"{'; '.join(differences)}. Pass the run's own settings again (only --steps, "
             "ranks, nodes and checkpointing may change), or start a new run elsewhere"
         )
+
+
+def metrics_gap(out: Path, step: int) -> list[int]:
+    """Steps 1..``step`` (those the checkpoint holds) that metrics.jsonl has no line for."""
+    path = out / "metrics.jsonl"
+    recorded = {r.get("step") for r in read_metrics(path)} if path.exists() else set()
+    return [s for s in range(1, step + 1) if s not in recorded]
+
+
+def note_metrics_gap(out: Path, step: int) -> None:
+    """Say, before training, that a resumed run's metrics will have a hole: a
+    metrics.jsonl cut to steps 1-2 and resumed at step 20 went on 1, 2, 21, 22 silently."""
+    missing = metrics_gap(out, step)
+    if not missing:
+        return
+    span = f"{missing[0]}-{missing[-1]}" if len(missing) > 1 else str(missing[0])
+    whole = len(missing) == missing[-1] - missing[0] + 1
+    print(
+        f"note: {out / 'metrics.jsonl'} has no line for step{'s' if len(missing) > 1 else ''} "
+        f"{span if whole else f'{span} ({len(missing)} of them)'}, though the checkpoint "
+        f"at step {step} trained {'them' if len(missing) > 1 else 'it'} (the file was cut or "
+        "edited): the resumed run's "
+        "metrics go on from there, and loss curves will show the gap",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def checkpoint_data_ranks(step_dir: Path) -> int | None:

@@ -9,12 +9,13 @@ torchtitan's.
 
 from __future__ import annotations
 
+import signal
 import time
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from ..errors import Terminated
+from ..errors import Terminated, stop_signal
 from ..training.metrics_file import read_metrics
 from ..training.plan import Plan
 from ..training.ranks import launched_by_torchrun, rank, world_size
@@ -52,6 +53,10 @@ def run_here(
     # nodes, one shared folder) the job's rank 0
     owner = rank0 and (not launched or plan.nnodes > 1)
     out = new_out_dir(spec.out) if rank0 else Path(spec.out or "runs/_nonzero_rank")
+    if launched:  # stop with the launching command; hold a one-node folder while alive
+        from .lifeline import bind_rank
+
+        bind_rank(out, hold_folder=plan.nnodes == 1 and spec.out is not None)
     with own_run_folder(out) if owner else nullcontext():
         reporter = reporter if rank0 else reporter.quiet()
         return _train_in_folder(out, plan, reporter, launched, init_dir)
@@ -97,6 +102,10 @@ def _train_in_folder(
         result.status = "terminated" if isinstance(e, Terminated) else "interrupted"
         raise
     except BaseException as e:
+        stopped = stop_signal()  # a stop that surfaced as another error is still a stop
+        if stopped is not None:
+            result.status = "terminated" if stopped == signal.SIGTERM else "interrupted"
+            raise (Terminated if stopped == signal.SIGTERM else KeyboardInterrupt)() from None
         result.status, error = "failed", f"{type(e).__name__}: {e}"
         raise
     finally:

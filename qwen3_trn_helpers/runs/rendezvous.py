@@ -7,7 +7,9 @@ read torchrun's own rendezvous state to say how many came.
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
 import socket
 
 from ..training.spec import split_endpoint
@@ -89,7 +91,6 @@ def nodes_joined(endpoint: str, run_id: str = "none") -> int | None:
     torchrun itself reads it (``C10dRendezvousBackend.get_state``); the state object
     is torch's own, unpickled only to count its participants.
     """
-    import pickle
     from datetime import timedelta
 
     host, port = split_endpoint(endpoint)
@@ -108,6 +109,108 @@ def nodes_joined(endpoint: str, run_id: str = "none") -> int | None:
         state = C10dRendezvousBackend(store, run_id).get_state()
         if state is None:
             return 0
-        return len(pickle.loads(state[0]).participants)
-    except Exception:  # the store went away between the probe and the read
-        return None
+        return len(_RendezvousStateOnly(io.BytesIO(state[0])).load().participants)
+    except Exception:  # the store went away between the probe and the read, or another
+        return None  # service answers at that port
+
+
+class _RendezvousStateOnly(pickle.Unpickler):
+    """Unpickles torch's rendezvous state and nothing else: the bytes come from whatever
+    answers at the endpoint, and a plain ``pickle.loads`` would run any code they name."""
+
+    ALLOWED = {
+        ("torch.distributed.elastic.rendezvous.dynamic_rendezvous", "_RendezvousState"),
+        ("torch.distributed.elastic.rendezvous.dynamic_rendezvous", "_NodeDesc"),
+        ("datetime", "datetime"),
+        ("datetime", "timedelta"),
+        ("builtins", "set"),
+    }
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"{module}.{name} is not part of a rendezvous state")
+        return super().find_class(module, name)
+
+
+#: polls :func:`nodes_joined` in a child process (see :class:`JoinWatch`)
+_WATCH = """
+import os, sys, threading, time
+parent = os.getppid()
+
+def orphaned():  # the launcher gone (even while a read below hangs): go too
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(0)
+
+threading.Thread(target=orphaned, daemon=True).start()
+import socket
+import torch.distributed  # before the first read: its import is not a slow answer
+from qwen3_trn_helpers.runs.rendezvous import nodes_joined
+from qwen3_trn_helpers.training.spec import split_endpoint
+while True:
+    try:
+        socket.create_connection(split_endpoint(sys.argv[1]), timeout=1).close()
+    except OSError:
+        print("none", flush=True)  # nothing listens there (yet)
+    else:
+        print("connect", flush=True)  # something listens: is it torchrun's store?
+        joined = nodes_joined(sys.argv[1])
+        print(-1 if joined is None else joined, flush=True)
+    time.sleep(1)
+"""
+
+
+class JoinWatch:
+    """How many nodes have joined so far (``joined``), read every second by a child.
+
+    Why a child: a TCPStore client talking to something that is not torchrun's store
+    (an HTTP server, a proxy) can block for minutes and prints pages of C++ frames to
+    stderr; in a child with its stderr discarded, neither reaches the launch, which ends
+    as soon as torchrun does.
+    """
+
+    def __init__(self, endpoint: str) -> None:
+        import subprocess
+        import sys
+        import threading
+
+        self.joined: int | None = None
+        self._store_seen, self._failed_reads = False, 0
+        self._asking_since: float | None = None
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", _WATCH, endpoint], stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        import time
+
+        for line in self._proc.stdout or ():
+            word = line.strip()
+            if word == "connect":
+                self._asking_since = self._asking_since or time.monotonic()
+                continue
+            if word.lstrip("-").isdigit():
+                self._asking_since = None
+                count = int(word)
+                self._store_seen |= count >= 0
+                self._failed_reads += count < 0
+                if count > 0:
+                    self.joined = count
+
+    @property
+    def another_service(self) -> bool:
+        """Whether something other than torchrun's store answers at the endpoint: it
+        accepts connections, but no read of a rendezvous state ever succeeded (three
+        failed, or one has hung for over 5 s; torchrun's store answers at once)."""
+        import time
+
+        hung = self._asking_since is not None and time.monotonic() - self._asking_since > 5
+        return (self._failed_reads >= 3 or hung) and not self._store_seen
+
+    def close(self) -> None:
+        """Stop polling (at the first step, and at the end; again is harmless)."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()

@@ -14,7 +14,9 @@ trn2, through torchrun in child processes.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any
 
@@ -68,7 +70,36 @@ def run(
     else:
         spec = make_spec(variant, **params)
     reporter = reporter or Reporter(progress, verbose, label, on_step)
-    return execute(plan_run(spec), reporter)
+    with _one_run_at_a_time():
+        return execute(plan_run(spec), reporter)
+
+
+#: held while a run() is in progress in this process; see _one_run_at_a_time
+_RUNNING = threading.Lock()
+_running_in: list[str] = []
+
+
+@contextmanager
+def _one_run_at_a_time() -> Iterator[None]:
+    """A second ``run()`` while one is in progress in this process is refused.
+
+    Why: a run owns process-wide state (torch.distributed's default process group, the
+    device's memory statistics, signal handlers, torchtitan's logging); two threads
+    training at once failed deep inside torch. Several runs at once are several
+    processes (``qwen3-trn train`` in each, or ``nproc``/``nnodes``)."""
+    if not _RUNNING.acquire(blocking=False):
+        where = _running_in[0] if _running_in else "another thread"
+        raise ConfigError(
+            f"a run is already in progress in this process ({where}); one process trains "
+            "one run at a time: wait for it to finish, or start the second run in its own "
+            "process (qwen3-trn train ...)"
+        )
+    _running_in[:] = [f"thread {threading.current_thread().name!r}"]
+    try:
+        yield
+    finally:
+        _running_in.clear()
+        _RUNNING.release()
 
 
 def execute(plan: Plan, reporter: Reporter) -> RunResult:
@@ -79,7 +110,10 @@ def execute(plan: Plan, reporter: Reporter) -> RunResult:
     allocation error, or takes the machine into swap.
     """
     from ..assets import hub_offline
+    from ..training.ranks import launched_by_torchrun
 
+    if not launched_by_torchrun():  # (a launch's ranks: their launcher checked both)
+        check_hub_answers(plan)
     if not plan.spec.skip_memory_check:
         problem = memory_fit_problem(plan, available_memory_gib())
         if problem:
@@ -107,3 +141,28 @@ def launches(plan: Plan) -> bool:
     from ..training.ranks import launched_by_torchrun
 
     return not launched_by_torchrun() and (plan.world_size > 1 or plan.device_type == "neuron")
+
+
+def check_hub_answers(plan: Plan, timeout_s: float = 10.0) -> None:
+    """A run that streams its text from the hub asks the hub once, before anything is
+    built: without network the dataset library retried for 30 s and then failed deep
+    inside as a bare ConnectionError. (Offline mode with such a corpus is refused when
+    the run is planned.)"""
+    from pathlib import Path
+
+    from ..corpus import is_local
+
+    if is_local(plan.corpus) or Path(plan.corpus).suffix:
+        return
+    import httpx
+    from huggingface_hub import constants, get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=timeout_s, follow_redirects=True)
+    except httpx.HTTPError as e:
+        raise ConfigError(
+            f"corpus {plan.corpus!r} streams from the Hugging Face hub, but "
+            f"{constants.ENDPOINT} does not answer from this machine ({type(e).__name__}: "
+            f"{e}); check the network (or HF_ENDPOINT / the proxy settings), or train on "
+            "--corpus embedded or a local .txt/.jsonl file or folder"
+        ) from None

@@ -26,7 +26,7 @@ from ..errors import TrainingError
 from ..training.metrics_file import keep_steps_before, read_metrics
 from ..training.plan import Plan
 from ..training.spec import RunSpec
-from .child import run_child
+from .child import run_child, stop_process_group
 from .folder import (
     RunResult,
     check_resume,
@@ -35,8 +35,9 @@ from .folder import (
     prepare_out_dir,
     prepare_resume_dir,
 )
+from .lifeline import launcher_environment, watched
 from .neuron_cores import neuron_rank_environment, with_class_slice
-from .rendezvous import check_endpoint_reachable_by_all, nodes_joined
+from .rendezvous import JoinWatch, check_endpoint_reachable_by_all
 from .reporter import Reporter
 
 #: what torchrun itself decides for each rank (how many ranks per node and nodes, where
@@ -155,41 +156,62 @@ def _launch_in(
     cmd = torchrun_command(plan, **rank_fields) + (["--verbose"] if reporter.verbose else [])
     if reporter.echo_launch:
         print(f"launching: {shell_command(cmd)}", flush=True)
+    # torchrun under a watch of this process (runs/lifeline.py): killed, we take it along
+    cmd = watched(cmd)
     desc = f"{plan.variant.name} x{plan.world_size}"
     step_done, close_bar = reporter.steps(spec.steps, desc, initial=resumed_from)
     # one log per node: on shared storage the nodes' logs sit side by side
     node_log = f"launch-{socket.gethostname()}-{os.getpid()}.log"
     log_path = out / (node_log if multinode else "launch.log")
     last_step = resumed_from
-    joined, polled = None, 0.0
+    # how many nodes came, for the message if they never all do (read in a child: a
+    # service other than torchrun's store at the endpoint must not hang this loop)
+    watch = JoinWatch(spec.rdzv_endpoint) if multinode else None
+
+    met_by = time.monotonic() + spec.rdzv_timeout + RENDEZVOUS_SLACK_S
+    met, looked = not multinode, 0.0
 
     def report_steps(proc: subprocess.Popen) -> None:
-        nonlocal last_step, joined, polled
-        if multinode and last_step == resumed_from and time.monotonic() - polled > 2:
-            joined, polled = nodes_joined(spec.rdzv_endpoint) or joined, time.monotonic()
+        nonlocal last_step, met, looked
+        if watch is not None and not met and time.monotonic() - looked > 2:
+            # torchrun blocks past its join timeout when another service holds the port:
+            # the launch gives it the timeout plus a start-up margin, then stops it
+            met, looked = started_ranks(proc.pid), time.monotonic()
+            late = time.monotonic() > met_by and watch.another_service
+            if not met and late and proc.poll() is None:
+                stop_process_group(proc, grace_s=3)  # it may sit in C++, deaf to SIGTERM
+                raise TrainingError(rendezvous_failed(spec, watch.joined))
         metrics = out / "metrics.jsonl"
         if metrics.exists():
             for record in read_metrics(metrics):
                 if record["step"] > last_step:
                     step_done(record)
                     last_step = record["step"]
+                    if watch is not None:
+                        watch.close()  # every node came
 
+    env = launcher_environment(rank_environment(plan, cores))  # runs/lifeline.py
     try:
         result = run_child(
-            cmd, log=log_path, env=rank_environment(plan, cores), timeout=timeout,
+            cmd, log=log_path, env=env, timeout=timeout,
             while_running=report_steps,
         )  # fmt: skip
     finally:
         close_bar()
+        if watch is not None:
+            watch.close()
+    joined = watch.joined if watch is not None else None
     if result.timed_out:
         raise TrainingError(f"{plan.world_size}-rank run passed {timeout:.0f} s; stopped")
     if not result.ok:
         text = result.output
         never_met = last_step == resumed_from  # (afterwards: a node left mid-run)
         if multinode and never_met and "RendezvousTimeoutError" in text:
-            raise TrainingError(missing_nodes_message(spec, joined))
+            # a join that timed out had reached the rendezvous: this node at least came
+            # (the count read every second may have missed it on a busy machine)
+            raise TrainingError(missing_nodes_message(spec, max(joined or 0, 1)))
         if multinode and never_met and "RendezvousConnectionError" in text:
-            raise TrainingError(missing_nodes_message(spec, None))
+            raise TrainingError(rendezvous_failed(spec, joined))
         result.check(f"{plan.world_size}-rank run")
     if not (out / "run.json").exists():  # rank 0 ran on another node, without shared storage
         return RunResult(out=out, spec=spec, status="completed", writer=False)
@@ -197,6 +219,46 @@ def _launch_in(
     # the node whose torchrun started rank 0 writes the plot; the others only report
     run.writer = not multinode or run.agent == (socket.gethostname(), result.pid)
     return run
+
+
+#: seconds past --rdzv-timeout a launch waits for torchrun to start its ranks
+RENDEZVOUS_SLACK_S = 15
+
+
+def started_ranks(torchrun_pid: int) -> bool:
+    """Whether torchrun has started its ranks (the nodes met): it has child processes.
+    (``pgrep -P``: on Linux and macOS alike; without it, assume so.)"""
+    try:
+        found = subprocess.run(
+            ["pgrep", "-P", str(torchrun_pid)], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return True
+    return bool(found.stdout.strip())
+
+
+def rendezvous_failed(spec: RunSpec, joined: int | None) -> str:
+    """The nodes never met: another service at the endpoint, or nodes missing."""
+    if joined is None and _answers(spec.rdzv_endpoint):
+        return (
+            f"something that is not torchrun's rendezvous answers at {spec.rdzv_endpoint} "
+            f"(no node joined within {spec.rdzv_timeout} s): another service or a proxy "
+            "holds that port; pick a free port on the first node for --rdzv-endpoint, the "
+            "same on every node"
+        )
+    return missing_nodes_message(spec, joined)
+
+
+def _answers(endpoint: str) -> bool:
+    """Whether anything accepts a TCP connection at ``endpoint`` (a plain socket)."""
+    from ..training.spec import split_endpoint
+
+    host, port = split_endpoint(endpoint)
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except OSError:
+        return False
+    return True
 
 
 def missing_nodes_message(spec: RunSpec, joined: int | None) -> str:

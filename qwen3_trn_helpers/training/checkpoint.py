@@ -30,6 +30,18 @@ def _root_cause(error: BaseException) -> BaseException:
     return error
 
 
+def _interrupted(error: BaseException) -> bool:
+    """Whether any rank's failure in a CheckpointException is a Ctrl-C (or SIGTERM), or
+    this process was asked to stop: the other ranks' errors are then its consequence."""
+    from ..errors import stop_signal
+
+    failures = getattr(error, "failures", None)
+    inner = [f[0] if isinstance(f, tuple) else f for f in (failures or {}).values()]
+    return stop_signal() is not None or any(
+        isinstance(e, KeyboardInterrupt) for e in [error, *inner]
+    )
+
+
 def _reason(error: BaseException) -> str:
     cause = _root_cause(error)
     text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
@@ -54,7 +66,7 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:
-            if isinstance(_root_cause(e), KeyboardInterrupt):
+            if _interrupted(e):
                 raise KeyboardInterrupt from None  # Ctrl-C during the save: a Ctrl-C
             raise TrainingError(
                 f"saving the checkpoint of step {curr_step} into {self.folder} failed "
@@ -69,7 +81,7 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:
-            if isinstance(_root_cause(e), KeyboardInterrupt):
+            if _interrupted(e):
                 raise KeyboardInterrupt from None
             which = f"step {step}" if step != -1 else "the newest checkpoint"
             raise TrainingError(

@@ -88,12 +88,32 @@ def version_mismatch(reports: list[dict]) -> str | None:
     return None
 
 
-def check_same_versions() -> None:
-    """Stop every rank with one line if the job's nodes run different software.
+def settings_mismatch(reports: list[dict]) -> str | None:
+    """The first run setting that differs between ranks' reports (their ``settings``:
+    each node's resolved run settings, named as the user knows them)."""
+    first = reports[0]
+    mine = first.get("settings") or {}
+    for other in reports[1:]:
+        theirs = other.get("settings") or {}
+        for name in [*mine, *(k for k in theirs if k not in mine)]:
+            if mine.get(name) != theirs.get(name):
+                return (
+                    f"the nodes were started with different run settings: {name} is "
+                    f"{theirs.get(name)!r} on node {other['node']} ({other['host']}) and "
+                    f"{mine.get(name)!r} on node {first['node']} ({first['host']}); start "
+                    "the same command on every node"
+                )
+    return None
+
+
+def check_same_versions(settings: dict | None = None) -> None:
+    """Stop every rank with one line if the job's nodes run different software, or were
+    started with different run settings (``settings``: this rank's, resolved).
 
     Called once the process group exists. Gathered over a gloo group (CPU tensors,
     whatever the device backend), one report per rank, so every rank raises the same
-    error. A version skew otherwise shows up much later as a hang or a wrong number.
+    error. A version skew otherwise shows up much later as a hang or a wrong number;
+    another --seq-len on one node trained silently, another --variant hung for minutes.
     """
     import torch.distributed as dist
 
@@ -105,6 +125,7 @@ def check_same_versions() -> None:
         "node": os.environ.get("GROUP_RANK", "0"),
         "host": socket.gethostname(),
         "versions": local_versions(),
+        "settings": settings or {},
     }
     group = dist.new_group(backend="gloo")
     try:
@@ -112,6 +133,6 @@ def check_same_versions() -> None:
         dist.all_gather_object(reports, mine, group=group)
     finally:
         dist.destroy_process_group(group)
-    problem = version_mismatch(reports)
+    problem = version_mismatch(reports) or settings_mismatch(reports)
     if problem:
         raise ConfigError(problem)

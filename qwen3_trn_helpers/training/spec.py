@@ -210,6 +210,7 @@ class RunSpec:
         Run when a spec is made (``__post_init__``), so every RunSpec in the program is
         a valid one; the variant and preset names are checked as choices.
         """
+        self.check_types()
         for f in fields(self):
             value = getattr(self, f.name)
             meta = f.metadata
@@ -263,6 +264,28 @@ class RunSpec:
         if self.neuron_cores is not None:
             self.core_slice()
         return self
+
+    def check_types(self) -> None:
+        """Each field holds its annotated type (the Python API takes any object: a
+        ``run(out=123)`` would otherwise fail deep inside as a bare TypeError). Folders
+        may be ``os.PathLike``; a bool is not an int here."""
+        import os
+
+        kinds = {"str": (str, os.PathLike), "int": (int,), "float": (int, float), "bool": (bool,)}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            names = [t.strip() for t in str(f.type).split("|")]
+            if value is None and "None" in names:
+                continue
+            allowed = tuple(k for n in names if n in kinds for k in kinds[n])
+            ok = isinstance(value, allowed) and ("bool" in names or not isinstance(value, bool))
+            if not ok:
+                wanted = " or ".join(n for n in names if n != "None")
+                raise ConfigError(
+                    f"{f.name} must be a {wanted}"
+                    + (" (or None)" if "None" in names else "")
+                    + f", got {type(value).__name__} {value!r}"
+                )
 
     def core_slice(self) -> range | None:
         """The NeuronCores ``neuron_cores`` names on each node (planning checks that the

@@ -60,6 +60,10 @@ class RunOptions:
     device: str = "cpu"
     """The device type the run was planned for (neuron, cuda or cpu)."""
 
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The run's resolved settings, compared across every rank at start
+    (:func:`~.ranks.check_same_versions`): nodes started differently stop at once."""
+
 
 #: what a collective says when the rank at the other end is gone (gloo's words; the
 #: Neuron and NCCL backends raise torch's DistError types)
@@ -112,7 +116,7 @@ class _RunScope:
 
         parallel_dims = super().init_distributed()  # type: ignore[misc]
         if self.config.comm.mode == "default":  # type: ignore[attr-defined]
-            check_same_versions()
+            check_same_versions(self.config.qwen3_trn.settings)  # type: ignore[attr-defined]
         return parallel_dims
 
     def forward_backward_step(self, **kwargs: Any) -> torch.Tensor:
@@ -355,10 +359,29 @@ def trainer_config(
             imports=variant.overrides(plan.attention, plan.moe_block_size, spec.moe_impl)
         ),
         loss=variant.loss_config(plan.shape, plan.loss_chunks),
-        qwen3_trn=RunOptions(variant=variant.name, device=plan.device_type),
+        qwen3_trn=RunOptions(
+            variant=variant.name, device=plan.device_type, settings=same_on_every_node(plan)
+        ),
     )
     trainer = variant_parts(variant).trainer
     return trainer.Config(**kwargs, **trainer.backend_fields(plan, init_dir))
+
+
+#: spec fields that may differ between the nodes of one job (each node's own business)
+PER_NODE = ("device", "neuron_cores", "skip_memory_check", "overwrite", "nproc", "nnodes",
+            "rdzv_endpoint", "rdzv_timeout")  # fmt: skip
+
+
+def same_on_every_node(plan: Plan) -> dict[str, Any]:
+    """What every rank of a job must agree on: the resolved plan (preset, sequence
+    length, variant, ...), then each flag as given, named as the user knows them."""
+    from dataclasses import asdict
+
+    settings: dict[str, Any] = {k: v for k, v in plan.summary().items() if k != "steps"}
+    for name, value in asdict(plan.spec).items():
+        if name not in PER_NODE:
+            settings["--" + name.replace("_", "-")] = value
+    return settings
 
 
 def build_trainer(plan: Plan, out: str | Path, **options: Any) -> Trainer:
