@@ -58,6 +58,13 @@ def add_spec_arguments(parser: argparse.ArgumentParser, only: Sequence[str] | No
         if f.type == "bool":
             parser.add_argument(flag, action="store_true", default=default, help=help_text)
             continue
+        if "optional_value" in meta:  # --resume, or --resume auto
+            word = meta["optional_value"]
+            parser.add_argument(
+                flag, nargs="?", const=True, default=default, choices=[word], metavar=word,
+                help=help_text,
+            )  # fmt: skip
+            continue
         kwargs: dict[str, Any] = {"default": default, "help": help_text}
         if "choices" in meta:
             kwargs["choices"] = list(meta["choices"])
@@ -511,6 +518,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         what = "terminated" if isinstance(e, Terminated) else "interrupted"
         print(f"{what}: every completed step is in metrics.jsonl", file=sys.stderr)
+        if str(e).startswith("stopped by signal"):  # a checkpoint saved on SIGTERM
+            print(f"{what}: {e}", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
     except (SystemExit, GeneratorExit):
         raise

@@ -26,15 +26,18 @@ from typing import Any
 
 from ..errors import ConfigError, TrainingError
 from ..training.metrics_file import keep_steps_before, read_metrics
-from ..training.spec import Plan, RunSpec
+from ..training.spec import RESUME_AUTO, Plan, RunSpec
 from .child import run_child
 from .folder import (
     RunResult,
+    already_trained,
     check_resume,
+    fresh_overwrite,
     new_out_dir,
     own_run_folder,
     prepare_out_dir,
     prepare_resume_dir,
+    resumes,
     step_reporter,
 )
 from .neuron_cores import neuron_rank_environment, with_class_slice
@@ -64,9 +67,13 @@ def torchrun_command(spec: RunSpec, python: str | None = None) -> list[str]:
         ]
     else:
         where = ["--standalone", "--nnodes=1"]
+    if spec.max_restarts:
+        where.append(f"--max-restarts={spec.max_restarts}")
+    # what torchrun tells each rank itself
     rank_spec = spec.replace(
-        nproc=1, nnodes=1, rdzv_endpoint=None, rdzv_timeout=RunSpec.rdzv_timeout
-    )  # what torchrun tells each rank itself
+        nproc=1, nnodes=1, rdzv_endpoint=None, rdzv_timeout=RunSpec.rdzv_timeout,
+        max_restarts=0,
+    )  # fmt: skip
     return [
         python or sys.executable,
         "-m",
@@ -80,6 +87,11 @@ def torchrun_command(spec: RunSpec, python: str | None = None) -> list[str]:
         *rank_spec.to_argv(),
     ]
 
+
+#: seconds a run that saves checkpoints gets, after SIGTERM, to finish its step and save
+#: (the scheduler's own grace, Slurm's KillWait or a pod's terminationGracePeriodSeconds,
+#: ends it earlier if shorter; torchrun gives its workers 30 s)
+STOP_GRACE_S = 120
 
 shell_command = shlex.join  # the command as one line a shell runs as it is
 
@@ -140,7 +152,9 @@ def _launch_in(
 ):
     """:func:`run_with_torchrun`, once the run folder is settled."""
     multinode = spec.nnodes > 1
-    if spec.resume:
+    if not multinode and already_trained(spec, out):
+        return RunResult.from_folder(out)  # a requeue or restart after the last step
+    if resumes(spec, out):
         out, resumed_from = prepare_resume_dir(out)
         if not multinode:  # (several nodes: rank 0 does both, once, not every node)
             # refused before any file changes, rather than in rank 0 after the next line
@@ -156,8 +170,9 @@ def _launch_in(
         resumed_from, child = 0, spec
         out.mkdir(parents=True, exist_ok=True)
     else:
-        out, resumed_from = prepare_out_dir(out, spec.overwrite), 0
-        child = spec.replace(out=str(out), overwrite=True)
+        out, resumed_from = prepare_out_dir(out, fresh_overwrite(spec)), 0
+        # (--resume auto stays: ranks that torchrun restarts continue from a checkpoint)
+        child = spec.replace(out=str(out), overwrite=spec.resume != RESUME_AUTO)
     cmd = torchrun_command(child) + (["--verbose"] if verbose else [])
     desc = label or f"{spec.variant} x{spec.world}"
     step_done, close_bar = step_reporter(spec.steps, desc, progress, on_step, resumed_from)
@@ -182,6 +197,8 @@ def _launch_in(
         result = run_child(
             cmd, log=log_path, env=rank_environment(spec, plan.device_type), timeout=timeout,
             while_running=report_steps,
+            # on SIGTERM the ranks save a checkpoint first (training/stopping.py)
+            grace_s=STOP_GRACE_S if spec.checkpoint_interval else 30,
         )  # fmt: skip
     finally:
         close_bar()
