@@ -173,13 +173,28 @@ def build_parser() -> argparse.ArgumentParser:
     k8s = sub.add_parser(
         "k8s",
         parents=[debug],
-        help="print a Kubeflow PyTorchJob (YAML) that trains on --nnodes pods (any train flag)",
+        help="print a Kubeflow TrainJob (or PyTorchJob) as YAML that trains on --nnodes pods "
+        "(any train flag)",
     )
     add_spec_arguments(k8s)
     k8s.add_argument(
         "--image", required=True, help="container image with this package and its stack"
     )
     k8s.add_argument("--name", default=None, help="the job's name (default: qwen3-trn-VARIANT)")
+    k8s.add_argument(
+        "--api",
+        choices=("trainjob", "pytorchjob"),
+        default="trainjob",
+        help="trainjob: Kubeflow Trainer v2 (a TrainingRuntime and its TrainJob; what a plain "
+        "EKS cluster installs); pytorchjob: the v1 training operator's (SageMaker HyperPod's)",
+    )
+    k8s.add_argument(
+        "--efa",
+        type=lambda t: _number(int, 0, t),
+        default=None,
+        metavar="N",
+        help="EFA interfaces each trn2 pod requests (default: 16, all of a trn2.48xlarge's)",
+    )
 
     sub.add_parser("doctor", parents=[debug], help="what this machine offers for training")
     assets = sub.add_parser(
@@ -352,10 +367,12 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
 def _job_spec(args: argparse.Namespace):
     """The spec a job file runs, planned for the nodes it will run on (checks included)."""
     from .device import resolve_device
-    from .training.spec import plan_run
+    from .training.spec import on_trn2, plan_run
 
     spec = spec_from_args(args).validate()
     target = resolve_device(spec.device) if spec.device == "auto" else spec.device
+    if target == "neuron" and spec.nproc == 1:  # a trn2 node's ranks: one per NeuronCore
+        spec = spec.replace(nproc=on_trn2(spec).nproc)
     # every input checked as the nodes will see it (preset, layout, memory), here
     plan_run(spec, device_type=target)
     return spec, target == "neuron"
@@ -372,11 +389,15 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
 def _cmd_k8s(args: argparse.Namespace) -> int:
     import yaml
 
-    from .runs.schedulers import pytorchjob_manifest
+    from .runs.schedulers import pytorchjob_manifest, trainjob_manifests
 
     spec, on_trn2 = _job_spec(args)
-    manifest = pytorchjob_manifest(spec, on_trn2=on_trn2, image=args.image, name=args.name)
-    print(yaml.safe_dump(manifest, sort_keys=False), end="")
+    options = dict(on_trn2=on_trn2, image=args.image, name=args.name, efa=args.efa)
+    if args.api == "pytorchjob":
+        docs = [pytorchjob_manifest(spec, **options)]
+    else:
+        docs = trainjob_manifests(spec, **options)
+    print(yaml.safe_dump_all(docs, sort_keys=False), end="")
     return 0
 
 
