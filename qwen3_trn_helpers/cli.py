@@ -367,9 +367,14 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
 def _job_spec(args: argparse.Namespace):
     """The spec a job file runs, planned for the nodes it will run on (checks included)."""
     from .device import resolve_device
+    from .runs.schedulers import refuse_control_characters
     from .training.spec import on_trn2, plan_run
 
-    spec = spec_from_args(args).validate()
+    spec = spec_from_args(args)
+    # before anything reads a file: a newline in a path must not reach an error line
+    # or a job file
+    refuse_control_characters(spec, {"the working folder": os.getcwd()})
+    spec.validate()
     target = resolve_device(spec.device) if spec.device == "auto" else spec.device
     if target == "neuron" and spec.nproc == 1:  # a trn2 node's ranks: one per NeuronCore
         spec = spec.replace(nproc=on_trn2(spec).nproc)

@@ -69,7 +69,7 @@ SIGNAL_AHEAD_S = 300
 POD_GRACE_S = 300
 
 
-def _refuse_control_characters(spec: RunSpec, extra: dict[str, str]) -> None:
+def refuse_control_characters(spec: RunSpec, extra: dict[str, str]) -> None:
     """One line naming the flag that holds a control character (a newline ends a
     comment line in bash, and a job file's meaning with it)."""
     values = {f"--{k.replace('_', '-')}": v for k, v in asdict(spec).items()}
@@ -83,7 +83,7 @@ def _refuse_control_characters(spec: RunSpec, extra: dict[str, str]) -> None:
 
 def _check(spec: RunSpec, **extra: str) -> RunSpec:
     """The spec a job runs: checked, resuming by itself, saving at a stated interval."""
-    _refuse_control_characters(spec, extra)
+    refuse_control_characters(spec, extra)
     spec.validate()
     if spec.nnodes < 2:
         raise ConfigError(
