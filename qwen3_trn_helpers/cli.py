@@ -379,7 +379,11 @@ def _job_spec(args: argparse.Namespace):
     if target == "neuron" and spec.nproc == 1:  # a trn2 node's ranks: one per NeuronCore
         spec = spec.replace(nproc=on_trn2(spec).nproc)
     # every input checked as the nodes will see it (preset, layout, memory), here
-    plan_run(spec, device_type=target)
+    plan = plan_run(spec, device_type=target)
+    if target == "neuron":
+        from .runs.run import warn_thin_slack
+
+        warn_thin_slack(plan)
     return spec, target == "neuron"
 
 

@@ -120,3 +120,15 @@ def test_k8s_out_is_checked_after_dot_dot_and_image_must_be_named(capsys):
             "error: --image is empty: name the container image (registry/name:tag)"
         )
     assert main([*base, "--out", "/fsx/runs/../runs/x", "--image", "img"]) == 0
+
+
+def test_a_plan_with_under_a_gib_of_slack_warns(capsys):
+    """30b-a3b on one trn2 leaves 0.67 GiB per core on an assumed runtime share: said."""
+    argv = ["slurm", "--nnodes", "2", "--device", "neuron", "--preset", "30b-a3b",
+            "--out", "/fsx/r"]  # fmt: skip
+    assert main(argv) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: the plan leaves 0.67 GiB per NeuronCore")
+    assert main(["slurm", "--nnodes", "2", "--device", "neuron", "--preset", "4b",
+                 "--out", "/fsx/r"]) == 0  # fmt: skip
+    assert capsys.readouterr().err == ""  # 4b: 15 GiB of room, nothing to say

@@ -191,6 +191,20 @@ def test_parse_both_neuron_ls_formats():
     assert device.parse_neuron_ls(json.dumps({"instance_info": {}})) is None
 
 
+def test_neuron_ls_takes_only_a_device_list_and_cross_checks_its_count():
+    """A list of processes (objects without a core count) before the devices is not
+    taken for them; a top-level device count that disagrees means no list at all."""
+    processes = [{"pid": 4242, "command": "python train.py", "neuron_device": 0}]
+    first_processes = {"neuron_processes": processes, **NEW_JSON}
+    chips = device.parse_neuron_ls(json.dumps(first_processes))
+    assert len(chips) == 16 and all("nc_count" in c for c in chips)
+    assert device.parse_neuron_ls(json.dumps({"neuron_processes": processes})) is None
+    assert device.parse_neuron_ls(json.dumps(processes)) is None
+    counted = {**NEW_JSON, "neuron_device_count": 16}
+    assert len(device.parse_neuron_ls(json.dumps(counted))) == 16
+    assert device.parse_neuron_ls(json.dumps({**counted, "neuron_device_count": 8})) is None
+
+
 def _tool(folder: Path, script: str) -> None:
     tool = folder / "neuron-ls"
     tool.write_text("#!/bin/sh\n" + script)

@@ -96,6 +96,8 @@ def check_memory(plan: Plan) -> None:
     Without this a full-size preset on a laptop dies minutes later in an allocation
     error, or takes the machine into swap. (On trn2 planning checks each core's HBM.)
     """
+    if plan.device_type == "neuron":
+        warn_thin_slack(plan)
     if plan.device_type != "cpu" or plan.spec.skip_memory_check:
         return
     free = available_memory_gib()
@@ -110,6 +112,15 @@ def check_memory(plan: Plan) -> None:
             f"state, activations), more than the {free:.1f} GiB free; train a small preset "
             "(--preset tiny), or pass --skip-memory-check to try anyway"
         )
+
+
+def warn_thin_slack(plan: Plan) -> None:
+    """One ``warning:`` line on stderr when a trn2 plan leaves under 1 GiB per core."""
+    import sys
+
+    warning = plan.memory().slack_warning()
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
 
 
 def launches(spec: RunSpec, device_type: str) -> bool:
