@@ -260,8 +260,16 @@ def _command(rung: Rung, out: Path) -> list[str]:
                 "--out", str(out / rung.name), "--overwrite", "--no-progress"]  # fmt: skip
     if rung.name == "collectives":
         return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node=2", "-m", "qwen3_trn_helpers.smoke", rung.name]  # fmt: skip
+                "--nproc-per-node=2", *_share(2), "-m", "qwen3_trn_helpers.smoke",
+                rung.name]  # fmt: skip
     return [*_python(), rung.name]
+
+
+def _share(nproc: int) -> list[str]:
+    """torchrun flags that keep a raw torchrun's ranks in the class's share (if any)."""
+    from .runs.neuron_cores import share_torchrun_prefix
+
+    return share_torchrun_prefix(nproc)
 
 
 def run_ladder(
@@ -304,7 +312,7 @@ def run_ladder(
 
 def _climb(rung: Rung, out: Path, on_neuron: bool, online: bool = False) -> None:
     from .runs.child import run_child
-    from .runs.neuron_cores import neuron_rank_environment
+    from .runs.neuron_cores import neuron_rank_environment, one_process_share_environment
 
     log = out / f"{rung.name}.log"
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
@@ -312,6 +320,9 @@ def _climb(rung: Rung, out: Path, on_neuron: bool, online: bool = False) -> None
         env.setdefault("HF_HUB_OFFLINE", "1")
     if on_neuron:  # the same logical-core size training launches use
         env = neuron_rank_environment(env)
+        if not rung.train and rung.name not in ("collectives", "spmd_backends"):
+            # one process: the share's first core, not every core it sees
+            env = one_process_share_environment(env)
     # a timeout, Ctrl-C or SIGTERM stops the rung's whole process group (torchrun's
     # workers, whatever holds NeuronCores) before the ladder goes on or stops
     proc = run_child(_command(rung, out), log=log, env=env, timeout=rung.timeout_s)
@@ -453,8 +464,10 @@ def rung_collectives() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     if device_type == "cpu":
         device = torch.device("cpu")
-    else:  # after init_process_group each rank owns one device, index LOCAL_RANK
-        device = torch.device(device_type, int(os.environ.get("LOCAL_RANK", "0")))
+    else:  # after init_process_group each rank owns one device, index LOCAL_RANK (or
+        # its only one, in a class's share: NEURON_RT_VISIBLE_CORES names one core)
+        seen = getattr(torch, device_type).device_count()
+        device = torch.device(device_type, int(os.environ.get("LOCAL_RANK", "0")) % seen)
     x = torch.full((4,), float(rank + 1), device=device)
     dist.all_reduce(x)
     expected = world * (world + 1) / 2
@@ -556,7 +569,8 @@ def spmd_backend_command(backend: str, out: Path) -> list[str]:
     branch on it), and the 4b preset trains at TP 4, so the rung uses TP, not FSDP alone.
     """
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc-per-node=2", "-m", "torchtitan.train", "--module", "qwen3_trn_helpers",
+            "--nproc-per-node=2", *_share(2), "-m", "torchtitan.train",
+            "--module", "qwen3_trn_helpers",
             "--config", "qwen3_trn_tiny_native", "--training.steps", "1",
             "--parallelism.tensor_parallel_degree", "2",
             "--parallelism.spmd_backend", backend, "--dump_folder", str(out / backend)]  # fmt: skip
