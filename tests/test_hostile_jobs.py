@@ -101,7 +101,8 @@ def test_shell_characters_in_every_value_are_data(
     assert not [p for p in tmp_path.rglob("PWNED*")], "a value ran as a command"
     assert out.is_dir()  # made by the script, by its exact name
     calls = (tmp_path / "calls").read_text().split("\n\0")
-    check, train = (c.split("\0")[:-1] for c in calls[:2])
+    check, fabric, train = (c.split("\0")[:-1] for c in calls[:3])
+    assert fabric[-2:] == ["qwen3_trn_helpers.smoke", "collectives"]
     assert {str(box), str(out), str(corpus), str(init), str(tokenizer)} <= set(check)
     pairs = dict(zip(train, train[1:], strict=False))
     assert pairs["--out"] == str(out) and pairs["--corpus"] == str(corpus)

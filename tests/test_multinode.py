@@ -335,6 +335,8 @@ def test_slurm_job_survives_requeue_and_a_killed_rank(tmp_path, one_node):
     assert steps_logged(out) == list(range(1, STEPS + 1))  # each step once
     assert losses(out) == pytest.approx(losses(one_node), abs=1e-5)
     assert "rendezvous: 127.0.0.1:" in text  # the head node's NodeAddr, resolved
+    # each attempt checked the fabric between the nodes before training
+    assert text.count("ok: 2 ranks on cpu (gloo): all_reduce and an FSDP2 step") >= 2
 
 
 # --- the job files ------------------------------------------------------------------------
@@ -362,6 +364,9 @@ def test_slurm_script_for_trn2(tmp_path):
     assert "--nnodes 4" in srun and "--nproc 64" in srun
     assert "--resume auto --max-restarts 3" in srun and "--checkpoint-interval 100" in srun
     assert '--rdzv-endpoint "$head_ip:$port" &' in srun
+    # the fabric between the nodes is checked first (the smoke collectives rung)
+    fabric = text.index("-m qwen3_trn_helpers.smoke collectives")
+    assert fabric < text.index("-m qwen3_trn_helpers train") and "--nnodes=4" in text
     cpu = slurm_script(spec.replace(device="cpu", checkpoint_interval=5), on_trn2=False)
     assert "FI_PROVIDER" not in cpu and "--exclusive" not in cpu
     assert "--checkpoint-interval 5 " in cpu

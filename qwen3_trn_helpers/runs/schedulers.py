@@ -223,6 +223,15 @@ def slurm_script(
         f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c {q(check)} \\",
         f'  check "$python" {" ".join(needed)}',
     ]
+    lines += [
+        "",
+        "# the fabric between the nodes first: one rank per node, an all_reduce and one",
+        "# FSDP step across them (the smoke ladder's collectives rung); a node that cannot",
+        "# reach the others fails here in seconds, not after the model is built",
+        'srun --ntasks-per-node=1 --kill-on-bad-exit=1 "$python" -m torch.distributed.run \\',
+        f"  --nnodes={spec.nnodes} --nproc-per-node=1 --rdzv-backend=c10d \\",
+        '  --rdzv-endpoint="$head_ip:$(( port + 2 ))" -m qwen3_trn_helpers.smoke collectives',
+    ]
     cmd = ["-m", "qwen3_trn_helpers", "train", *_train_args(spec.replace(out=None))]
     lines += [
         "",
