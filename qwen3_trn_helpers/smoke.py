@@ -53,6 +53,9 @@ class Rung:
     status: str = "not run"
     seconds: float = 0.0
     reason: str = ""
+    #: a training rung's memory per rank: the peak measured at each step beside the
+    #: plan's estimate by category (training/memory.py), so a thin plan shows on trn2
+    memory: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,25 @@ def check_training_run(run_dir: str | Path, expect: TrainingCheck) -> tuple[bool
     if expect.mfu:
         said += f", MFU {min(r['mfu_pct'] for r in records):.1f}%"
     return True, said
+
+
+def training_memory(run_dir: Path) -> dict | None:
+    """A training rung's memory per rank: measured peak per step (metrics.jsonl, the
+    device's allocator) and the plan's estimate by category, or None if unreadable."""
+    from .training.metrics_file import read_metrics
+    from .training.spec import RunSpec, plan_run
+
+    try:
+        info = json.loads((run_dir / "run.json").read_text())
+        records = read_metrics(run_dir / "metrics.jsonl")
+        spec = RunSpec(**info["spec"])
+        plan = plan_run(spec, device_type=info["resolved"]["device"])
+    except Exception:  # a rung that failed early: its own line says why
+        return None
+    return {
+        "measured_peak_gib_per_step": [r.get("memory_gib") for r in records],
+        "estimated_gib": plan.memory().row(),
+    }
 
 
 def full_size_flags(
@@ -237,7 +259,12 @@ class Ladder:
     def to_json(self) -> dict:
         return {
             "rungs": [
-                {k: v for k, v in asdict(r).items() if k in ("name", "status", "seconds", "reason")}
+                {
+                    k: v
+                    for k, v in asdict(r).items()
+                    if k in ("name", "status", "seconds", "reason")
+                    or (k == "memory" and v is not None)
+                }
                 for r in self.rungs
             ]
         }
@@ -334,6 +361,7 @@ def _climb(rung: Rung, out: Path, on_neuron: bool, online: bool = False) -> None
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if proc.returncode == 0 and rung.train:
         passed, said = check_training_run(out / rung.name, expectation(rung, on_neuron))
+        rung.memory = training_memory(out / rung.name)
         rung.status = "pass" if passed else "fail"
         rung.reason = "; ".join((said, *rung.notes)) + ("" if passed else f" (log: {log})")
     elif proc.returncode == 0:

@@ -264,3 +264,18 @@ def test_the_fork_in_the_neuron_venv_is_reported(tmp_path, how):
     stack = device.torchtitan_stack(paths=[str(tmp_path / "nothing"), str(site)])
     assert stack.fork is not None and str(site) in stack.fork
     assert "shadows it" in stack.warning and "torchtitan 0.3.0" in stack.warning
+
+
+def test_a_training_rung_records_measured_and_estimated_memory(ten_step_random, tmp_path):
+    """smoke.json's training rungs (the 64-rank one on trn2): the peak each step measured
+    beside the plan's estimate by category; a folder without a run gives None."""
+    from qwen3_trn_helpers.smoke import Ladder, Rung, training_memory
+
+    memory = training_memory(ten_step_random.out)
+    measured = memory["measured_peak_gib_per_step"]
+    assert len(measured) == 10 and all(m > 0 for m in measured)
+    assert {"params", "AdamW", "activations", "total GiB"} <= set(memory["estimated_gib"])
+    assert training_memory(tmp_path) is None
+    rung = Rung("tiny_native_2ranks", "x", 1, "fix", status="pass", memory=memory)
+    entry = Ladder([rung, Rung("collectives", "x", 1, "fix")]).to_json()["rungs"]
+    assert entry[0]["memory"] == memory and "memory" not in entry[1]
