@@ -323,7 +323,7 @@ def test_slurm_job_survives_requeue_and_a_killed_rank(tmp_path, one_node):
         state = wait_for(
             "the job's end",
             lambda: (s := job_state(job_id)).get("JobState") in ("COMPLETED", "FAILED") and s,
-            job_id, log,
+            job_id, log, timeout=900,
         )  # fmt: skip
     finally:
         subprocess.run(["scancel", job_id], capture_output=True)
@@ -339,7 +339,12 @@ def test_slurm_job_survives_requeue_and_a_killed_rank(tmp_path, one_node):
     info = json.loads((out / "run.json").read_text())
     assert info["status"] == "completed" and info["resumed_from_step"] >= 1, info
     assert steps_logged(out) == list(range(1, STEPS + 1))  # each step once
-    assert losses(out) == pytest.approx(losses(one_node), abs=1e-5)
+    # Under this Slurm the 2-node losses differ from one node's by up to 2.2e-4 from step
+    # 2 on, the same in steps trained before any fault (measured, two jobs, 1 or 2
+    # threads): the job's environment, not the resume (two agents outside Slurm, with or
+    # without checkpoints and --resume auto, match one node exactly). A wrong resume (the
+    # data order restarted, a step trained twice) moves a loss by more than 1e-2.
+    assert losses(out) == pytest.approx(losses(one_node), abs=5e-4)
     assert "rendezvous: 127.0.0.1:" in text  # the head node's NodeAddr, resolved
     # each attempt checked the fabric between the nodes before training
     assert text.count("ok: 2 ranks on cpu (gloo): all_reduce and an FSDP2 step") >= 2
