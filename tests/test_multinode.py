@@ -311,11 +311,13 @@ def test_slurm_job_survives_requeue_and_a_killed_rank(tmp_path, one_node):
         saved = json.loads((out / "run.json").read_text())
         # Slurm holds a requeued job back (BeginTime, ~2 minutes): start it now
         subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True)
-        # 2. a rank of the resumed attempt killed: torchrun restarts the ranks
+        # 2. a rank of the resumed attempt killed once it trains a step past its
+        # checkpoint (mid-run, not while the ranks connect): torchrun restarts the ranks
         resumed_at = wait_for(
             "the resumed attempt's rank",
             lambda: "attempt 2 of job" in log.read_text()
             and json.loads((out / "run.json").read_text()).get("status") == "running"
+            and max(steps_logged(out) or [0]) > saved["steps_completed"]
             and a_rank_of(out),
             job_id, log,
         )  # fmt: skip
