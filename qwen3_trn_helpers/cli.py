@@ -58,6 +58,13 @@ def add_spec_arguments(parser: argparse.ArgumentParser, only: Sequence[str] | No
         if f.type == "bool":
             parser.add_argument(flag, action="store_true", default=default, help=help_text)
             continue
+        if "optional_value" in meta:  # --resume, or --resume auto
+            word = meta["optional_value"]
+            parser.add_argument(
+                flag, nargs="?", const=True, default=default, choices=[word], metavar=word,
+                help=help_text,
+            )  # fmt: skip
+            continue
         kwargs: dict[str, Any] = {"default": default, "help": help_text}
         if "choices" in meta:
             kwargs["choices"] = list(meta["choices"])
@@ -170,13 +177,28 @@ def build_parser() -> argparse.ArgumentParser:
     k8s = sub.add_parser(
         "k8s",
         parents=[debug],
-        help="print a Kubeflow PyTorchJob (YAML) that trains on --nnodes pods (any train flag)",
+        help="print a Kubeflow TrainJob (or PyTorchJob) as YAML that trains on --nnodes pods "
+        "(any train flag)",
     )
     add_spec_arguments(k8s)
     k8s.add_argument(
         "--image", required=True, help="container image with this package and its stack"
     )
     k8s.add_argument("--name", default=None, help="the job's name (default: qwen3-trn-VARIANT)")
+    k8s.add_argument(
+        "--api",
+        choices=("trainjob", "pytorchjob"),
+        default="trainjob",
+        help="trainjob: Kubeflow Trainer v2 (a TrainingRuntime and its TrainJob; what a plain "
+        "EKS cluster installs); pytorchjob: the v1 training operator's (SageMaker HyperPod's)",
+    )
+    k8s.add_argument(
+        "--efa",
+        type=lambda t: _number(int, 0, t),
+        default=None,
+        metavar="N",
+        help="EFA interfaces each trn2 pod requests (default: 16, all of a trn2.48xlarge's)",
+    )
 
     sub.add_parser("doctor", parents=[debug], help="what this machine offers for training")
     assets = sub.add_parser(
@@ -394,12 +416,22 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
 def _job_spec(args: argparse.Namespace):
     """The spec a job file runs, planned for the nodes it will run on (checks included)."""
     from .device import resolve_device
-    from .training.plan import plan_run
+    from .runs.schedulers import refuse_control_characters
+    from .training.plan import on_trn2, plan_run
 
     spec = spec_from_args(args)
+    # before anything reads a file: a newline in a path must not reach an error line
+    # or a job file
+    refuse_control_characters(spec, {"the working folder": os.getcwd()})
     target = resolve_device(spec.device) if spec.device == "auto" else spec.device
+    if target == "neuron" and spec.nproc == 1:  # a trn2 node's ranks: one per NeuronCore
+        spec = spec.replace(nproc=on_trn2(spec).nproc)
     # every input checked as the nodes will see it (preset, layout, memory), here
-    plan_run(spec, device_type=target)
+    plan = plan_run(spec, device_type=target)
+    if target == "neuron":
+        from .runs.run import warn_thin_slack
+
+        warn_thin_slack(plan)
     return spec, target == "neuron"
 
 
@@ -414,11 +446,15 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
 def _cmd_k8s(args: argparse.Namespace) -> int:
     import yaml
 
-    from .runs.schedulers import pytorchjob_manifest
+    from .runs.schedulers import pytorchjob_manifest, trainjob_manifests
 
     spec, on_trn2 = _job_spec(args)
-    manifest = pytorchjob_manifest(spec, on_trn2=on_trn2, image=args.image, name=args.name)
-    print(yaml.safe_dump(manifest, sort_keys=False), end="")
+    options = dict(on_trn2=on_trn2, image=args.image, name=args.name, efa=args.efa)
+    if args.api == "pytorchjob":
+        docs = [pytorchjob_manifest(spec, **options)]
+    else:
+        docs = trainjob_manifests(spec, **options)
+    print(yaml.safe_dump_all(docs, sort_keys=False), end="")
     return 0
 
 
@@ -562,6 +598,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         what = "terminated" if isinstance(e, Terminated) else "interrupted"
         print(f"{what}: every completed step is in metrics.jsonl", file=sys.stderr)
+        if str(e).startswith("stopped by signal"):  # a checkpoint saved on SIGTERM
+            print(f"{what}: {e}", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
     except (SystemExit, GeneratorExit):
         raise

@@ -203,6 +203,21 @@ CPU_DEVICE_MODULE = CpuDeviceModule()
 NEURON_LS_FLAGS: tuple[tuple[str, ...], ...] = (("--output-format", "json"), ("--json-output",))
 
 
+#: a device object's NeuronCore count, under the names neuron-ls has used
+CORE_COUNT_KEYS = ("nc_count", "neuroncore_count", "nc-count", "neuron_core_count")
+#: a top-level device count, where the updated output carries one
+DEVICE_COUNT_KEYS = ("neuron_device_count", "device_count", "num_devices", "nd_count")
+
+
+def _is_device_list(value: object) -> bool:
+    """A list of objects each carrying a NeuronCore count: chips, not processes."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(d, dict) and any(k in d for k in CORE_COUNT_KEYS) for d in value)
+    )
+
+
 def parse_neuron_ls(text: str) -> list[dict] | None:
     """One dict per Trainium chip from either ``neuron-ls`` JSON output, or None.
 
@@ -210,35 +225,43 @@ def parse_neuron_ls(text: str) -> list[dict] | None:
     updated ``--output-format json`` (Neuron 2.34) adds top-level fields for what
     applies to more than one device (instance, UltraServer), so it is an object that
     holds the device list. Its field names are not in the documentation we could read,
-    so the device list is the object's first list of objects (``neuron_devices`` or
-    ``devices`` first), and a top-level logical-core setting is copied onto each device
-    under the old name, ``logical_neuroncore_config``, which the report reads.
+    so the device list is the object's list whose objects each carry a NeuronCore count
+    (``nc_count``; ``neuron_devices`` or ``devices`` first): a list of processes or
+    anything else is never taken for the devices. A top-level device count, where there
+    is one, must agree with the list (else None: the format is not what we think). A
+    top-level logical-core setting is copied onto each device under the old name,
+    ``logical_neuroncore_config``, which the report reads.
     """
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, TypeError):
         return None
     if isinstance(data, list):
-        return [d for d in data if isinstance(d, dict)] if data else []
+        if not data:
+            return []
+        return [dict(d) for d in data] if _is_device_list(data) else None
     if not isinstance(data, dict):
         return None
-    lists = [data[k] for k in ("neuron_devices", "devices") if isinstance(data.get(k), list)]
-    lists += [
-        v
-        for v in data.values()
-        if isinstance(v, list) and v and all(isinstance(d, dict) for d in v)
-    ]
+    named = [data.get(k) for k in ("neuron_devices", "devices")]
+    lists = [v for v in [*named, *data.values()] if _is_device_list(v)]
     if not lists:
         return None
+    devices = [dict(d) for d in lists[0]]
+    holders = [data, data.get("instance_info"), data.get("instance")]
+    holders = [h for h in holders if isinstance(h, dict)]
+    for holder in holders:
+        for key in DEVICE_COUNT_KEYS:
+            count = holder.get(key)
+            if isinstance(count, int) and count != len(devices):
+                return None
     lnc = None
-    for holder in (data, data.get("instance") if isinstance(data.get("instance"), dict) else {}):
+    for holder in holders:
         for key in ("logical_neuroncore_config", "logical-neuroncore-config", "lnc"):
             if key in holder:
                 lnc = holder[key]
                 break
         if lnc is not None:
             break
-    devices = [dict(d) for d in lists[0] if isinstance(d, dict)]
     if lnc is not None:
         for d in devices:
             d.setdefault("logical_neuroncore_config", lnc)

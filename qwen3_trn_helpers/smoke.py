@@ -55,6 +55,9 @@ class Rung:
     status: str = "not run"
     seconds: float = 0.0
     reason: str = ""
+    #: a training rung's memory per rank: the peak measured at each step beside the
+    #: plan's estimate by category (training/memory.py), so a thin plan shows on trn2
+    memory: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,26 @@ def check_training_run(run_dir: str | Path, expect: TrainingCheck) -> tuple[bool
     if expect.mfu:
         said += f", MFU {min(r['mfu_pct'] for r in records):.1f}%"
     return True, said
+
+
+def training_memory(run_dir: Path) -> dict | None:
+    """A training rung's memory per rank: measured peak per step (metrics.jsonl, the
+    device's allocator) and the plan's estimate by category, or None if unreadable."""
+    from .training.metrics_file import read_metrics
+    from .training.plan import plan_run
+    from .training.spec import RunSpec
+
+    try:
+        info = json.loads((run_dir / "run.json").read_text())
+        records = read_metrics(run_dir / "metrics.jsonl")
+        spec = RunSpec(**info["spec"])
+        plan = plan_run(spec, device_type=info["resolved"]["device"])
+    except Exception:  # a rung that failed early: its own line says why
+        return None
+    return {
+        "measured_peak_gib_per_step": [r.get("memory_gib") for r in records],
+        "estimated_gib": plan.memory().row(),
+    }
 
 
 def full_size_flags(
@@ -242,7 +265,12 @@ class Ladder:
     def to_json(self) -> dict:
         return {
             "rungs": [
-                {k: v for k, v in asdict(r).items() if k in ("name", "status", "seconds", "reason")}
+                {
+                    k: v
+                    for k, v in asdict(r).items()
+                    if k in ("name", "status", "seconds", "reason")
+                    or (k == "memory" and v is not None)
+                }
                 for r in self.rungs
             ]
         }
@@ -265,8 +293,16 @@ def _command(rung: Rung, out: Path) -> list[str]:
                 "--out", str(out / rung.name), "--overwrite", "--no-progress"]  # fmt: skip
     if rung.name == "collectives":
         return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node=2", "-m", "qwen3_trn_helpers.smoke", rung.name]  # fmt: skip
+                "--nproc-per-node=2", *_share(2), "-m", "qwen3_trn_helpers.smoke",
+                rung.name]  # fmt: skip
     return [*_python(), rung.name]
+
+
+def _share(nproc: int) -> list[str]:
+    """torchrun flags that keep a raw torchrun's ranks in the class's share (if any)."""
+    from .runs.neuron_cores import share_torchrun_prefix
+
+    return share_torchrun_prefix(nproc)
 
 
 def run_ladder(
@@ -309,7 +345,7 @@ def run_ladder(
 
 def _climb(rung: Rung, out: Path, on_neuron: bool, online: bool = False) -> None:
     from .runs.child import run_child
-    from .runs.neuron_cores import neuron_rank_environment
+    from .runs.neuron_cores import neuron_rank_environment, one_process_share_environment
 
     log = out / f"{rung.name}.log"
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
@@ -317,6 +353,9 @@ def _climb(rung: Rung, out: Path, on_neuron: bool, online: bool = False) -> None
         env.setdefault("HF_HUB_OFFLINE", "1")
     if on_neuron:  # the same logical-core size training launches use
         env = neuron_rank_environment(env)
+        if not rung.train and rung.name not in ("collectives", "spmd_backends"):
+            # one process: the share's first core, not every core it sees
+            env = one_process_share_environment(env)
     # a timeout, Ctrl-C or SIGTERM stops the rung's whole process group (torchrun's
     # workers, whatever holds NeuronCores) before the ladder goes on or stops
     proc = run_child(_command(rung, out), log=log, env=env, timeout=rung.timeout_s)
@@ -328,6 +367,7 @@ def _climb(rung: Rung, out: Path, on_neuron: bool, online: bool = False) -> None
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if proc.returncode == 0 and rung.train:
         passed, said = check_training_run(out / rung.name, expectation(rung, on_neuron))
+        rung.memory = training_memory(out / rung.name)
         rung.status = "pass" if passed else "fail"
         rung.reason = "; ".join((said, *rung.notes)) + ("" if passed else f" (log: {log})")
     elif proc.returncode == 0:
@@ -458,8 +498,10 @@ def rung_collectives() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     if device_type == "cpu":
         device = torch.device("cpu")
-    else:  # after init_process_group each rank owns one device, index LOCAL_RANK
-        device = torch.device(device_type, int(os.environ.get("LOCAL_RANK", "0")))
+    else:  # after init_process_group each rank owns one device, index LOCAL_RANK (or
+        # its only one, in a class's share: NEURON_RT_VISIBLE_CORES names one core)
+        seen = getattr(torch, device_type).device_count()
+        device = torch.device(device_type, int(os.environ.get("LOCAL_RANK", "0")) % seen)
     x = torch.full((4,), float(rank + 1), device=device)
     dist.all_reduce(x)
     expected = world * (world + 1) / 2
@@ -561,7 +603,8 @@ def spmd_backend_command(backend: str, out: Path) -> list[str]:
     branch on it), and the 4b preset trains at TP 4, so the rung uses TP, not FSDP alone.
     """
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc-per-node=2", "-m", "torchtitan.train", "--module", "qwen3_trn_helpers",
+            "--nproc-per-node=2", *_share(2), "-m", "torchtitan.train",
+            "--module", "qwen3_trn_helpers",
             "--config", "qwen3_trn_tiny_native", "--training.steps", "1",
             "--parallelism.tensor_parallel_degree", "2",
             "--parallelism.spmd_backend", backend, "--dump_folder", str(out / backend)]  # fmt: skip

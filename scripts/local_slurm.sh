@@ -122,7 +122,8 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$STATE_DIR/jobcomp.txt
 MinJobAge=3600
-KillWait=10
+# Slurm's default grace between SIGTERM and SIGKILL: a requeued run saves its step in it
+KillWait=30
 InactiveLimit=0
 MailProg=/bin/true
 SlurmctldTimeout=30

@@ -122,3 +122,23 @@ def test_doctor_says_when_the_fork_is_installed(fork_on_path):
     assert proc.returncode == 0, proc.stderr
     assert f"torchtitan_fork      {fork_on_path / 'torchtitan_neuron'}" in proc.stdout
     assert "warning: AWS's torchtitan fork is installed" in proc.stdout
+
+
+@pytest.mark.parametrize("where", ["config_registry", "bare module"])
+def test_fork_configs_are_found_as_torchtitans_loader_finds_them(tmp_path, where):
+    """torchtitan's loader imports MODULE.config_registry, else MODULE itself: a fork
+    that keeps its configurations in the module's __init__ is listed the same way."""
+    package = tmp_path / "torchtitan_neuron" / "models" / "qwen3"
+    package.mkdir(parents=True)
+    for folder in (package.parents[1], package.parent):
+        (folder / "__init__.py").write_text("")
+    configs = "def qwen3_8b_tp4():\n    pass\n\n\ndef helper():\n    pass\n"
+    if where == "config_registry":
+        (package / "__init__.py").write_text("")
+        (package / "config_registry.py").write_text(configs)
+    else:
+        (package / "__init__.py").write_text(configs)
+    script = tmp_path / "python"
+    script.write_text(f'#!/bin/sh\nPYTHONPATH={tmp_path} exec {sys.executable} "$@"\n')
+    script.chmod(0o755)
+    assert aws_stack.fork_configs(str(script)) == ["qwen3_8b_tp4"]

@@ -193,6 +193,20 @@ def test_parse_both_neuron_ls_formats():
     assert device.parse_neuron_ls(json.dumps({"instance_info": {}})) is None
 
 
+def test_neuron_ls_takes_only_a_device_list_and_cross_checks_its_count():
+    """A list of processes (objects without a core count) before the devices is not
+    taken for them; a top-level device count that disagrees means no list at all."""
+    processes = [{"pid": 4242, "command": "python train.py", "neuron_device": 0}]
+    first_processes = {"neuron_processes": processes, **NEW_JSON}
+    chips = device.parse_neuron_ls(json.dumps(first_processes))
+    assert len(chips) == 16 and all("nc_count" in c for c in chips)
+    assert device.parse_neuron_ls(json.dumps({"neuron_processes": processes})) is None
+    assert device.parse_neuron_ls(json.dumps(processes)) is None
+    counted = {**NEW_JSON, "neuron_device_count": 16}
+    assert len(device.parse_neuron_ls(json.dumps(counted))) == 16
+    assert device.parse_neuron_ls(json.dumps({**counted, "neuron_device_count": 8})) is None
+
+
 def _tool(folder: Path, script: str) -> None:
     tool = folder / "neuron-ls"
     tool.write_text("#!/bin/sh\n" + script)
@@ -252,3 +266,18 @@ def test_the_fork_in_the_neuron_venv_is_reported(tmp_path, how):
     stack = torchtitan_stacks.torchtitan_stack(paths=[str(tmp_path / "nothing"), str(site)])
     assert stack.fork is not None and str(site) in stack.fork
     assert "shadows it" in stack.warning and "torchtitan 0.3.0" in stack.warning
+
+
+def test_a_training_rung_records_measured_and_estimated_memory(ten_step_random, tmp_path):
+    """smoke.json's training rungs (the 64-rank one on trn2): the peak each step measured
+    beside the plan's estimate by category; a folder without a run gives None."""
+    from qwen3_trn_helpers.smoke import Ladder, Rung, training_memory
+
+    memory = training_memory(ten_step_random.out)
+    measured = memory["measured_peak_gib_per_step"]
+    assert len(measured) == 10 and all(m > 0 for m in measured)
+    assert {"params", "AdamW", "activations", "total GiB"} <= set(memory["estimated_gib"])
+    assert training_memory(tmp_path) is None
+    rung = Rung("tiny_native_2ranks", "x", 1, "fix", status="pass", memory=memory)
+    entry = Ladder([rung, Rung("collectives", "x", 1, "fix")]).to_json()["rungs"]
+    assert entry[0]["memory"] == memory and "memory" not in entry[1]

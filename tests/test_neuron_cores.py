@@ -189,3 +189,38 @@ def test_doctor_names_the_share(monkeypatch, capsys):
     monkeypatch.setenv(neuron_cores.CLASS_SLICE_ENV, "8-70")
     assert cli.main(["doctor"]) != 0
     assert capsys.readouterr().err.startswith("error: QWEN3_TRN_NEURON_CORES: '8-70' goes past")
+
+
+@pytest.mark.slow
+def test_raw_torchrun_ranks_stay_in_the_share(tmp_path, monkeypatch):
+    """The smoke ladder's own torchrun rungs (collectives, spmd_backends): each rank
+    starts with the share's first core + LOCAL_RANK, as our training ranks do."""
+    import subprocess
+    import sys
+
+    from qwen3_trn_helpers.runs.neuron_cores import CLASS_SLICE_ENV, share_torchrun_prefix
+    from qwen3_trn_helpers.smoke import _command, _rungs, spmd_backend_command
+
+    monkeypatch.setenv(CLASS_SLICE_ENV, "8-15")
+    prefix = share_torchrun_prefix(2)
+    report = (
+        "import os; print('core', os.environ['LOCAL_RANK'], os.environ['NEURON_RT_VISIBLE_CORES'])"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         *prefix, "-c", report],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(ln for ln in proc.stdout.splitlines() if ln.startswith("core")) == [
+        "core 0 8", "core 1 9"
+    ]  # fmt: skip
+    collectives = next(r for r in _rungs(False) if r.name == "collectives")
+    assert _command(collectives, tmp_path)[4:10] == ["--nproc-per-node=2", *prefix[:5]]
+    assert prefix[:2] == ["--no-python", "bash"] and prefix[-1] == sys.executable
+    assert spmd_backend_command("spmd_types", tmp_path)[5:11] == prefix
+    monkeypatch.setenv(CLASS_SLICE_ENV, "8-8")  # a one-core share cannot hold 2 ranks
+    with pytest.raises(ConfigError, match="holds 1 NeuronCores"):
+        share_torchrun_prefix(2)
+    monkeypatch.delenv(CLASS_SLICE_ENV)
+    assert share_torchrun_prefix(2) == []

@@ -68,19 +68,22 @@ def test_pretrained_asks_the_hub_for_qwen3_0_6b(monkeypatch, tmp_path):
     from qwen3_trn_helpers.runs import weights as published
 
     asked = []
-    monkeypatch.setattr(hub, "download_checkpoint", lambda repo: asked.append(repo) or tmp_path)
-    spec = published.resolve_init(RunSpec(preset="0.6b", init="pretrained"), "cpu")
-    assert asked == ["Qwen/Qwen3-0.6B"] and spec.init == str(tmp_path)
-    assert RunSpec(preset="0.6b", init="pretrained").needs_hub("cpu")
+    monkeypatch.setattr(
+        hub, "download_checkpoint", lambda repo, cached_only=False: asked.append(repo) or tmp_path
+    )
+    plan = plan_run(RunSpec(preset="0.6b", init="pretrained"), device_type="cpu")
+    assert plan.init.hub_id == "Qwen/Qwen3-0.6B" and plan.needs_hub
+    assert published.init_folder(plan) == tmp_path and asked == ["Qwen/Qwen3-0.6B"]
 
 
 def test_offline_pretrained_is_one_clear_error():
     """Tests run with HF_HUB_OFFLINE=1: nothing is downloaded, the fix is named."""
-    from qwen3_trn_helpers.runs.weights import resolve_init
+    from qwen3_trn_helpers.runs.weights import init_folder
 
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
+    plan = plan_run(RunSpec(preset="0.6b", init="pretrained"), device_type="cpu")
     with pytest.raises(AssetError, match="could not get Qwen/Qwen3-0.6B .*HF_HUB_OFFLINE"):
-        resolve_init(RunSpec(preset="0.6b", init="pretrained"), "cpu")
+        init_folder(plan)
 
 
 @pytest.mark.slow

@@ -50,9 +50,19 @@ def neuron_python() -> str | None:
     return None
 
 
+#: the fork's configurations, found as torchtitan's own loader (config/manager.py)
+#: finds a fully qualified --module's: its ``config_registry`` submodule, else the bare
+#: module itself
 _LIST_CONFIGS = f"""
 import importlib, inspect, json
-registry = importlib.import_module("{FORK_MODULE}.config_registry")
+for candidate in ("{FORK_MODULE}.config_registry", "{FORK_MODULE}"):
+    try:
+        registry = importlib.import_module(candidate)
+        break
+    except ImportError:
+        continue
+else:
+    raise ImportError("cannot import {FORK_MODULE}.config_registry or {FORK_MODULE}")
 print(json.dumps(sorted(n for n, f in vars(registry).items()
                         if inspect.isfunction(f) and n.startswith("qwen3"))))
 """

@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import ConfigError, RunFolderError
 from ..training.metrics_file import read_metrics, strict_json
 from ..training.plan import Plan
-from ..training.spec import RunSpec
+from ..training.spec import RESUME_AUTO, RunSpec
 
 #: what a run writes into its folder (a new run with --overwrite removes them all)
 RUN_FILES = ("metrics.jsonl", "run.json", "loss.png", "launch.log")
@@ -80,6 +80,31 @@ def latest_checkpoint_step(out: str | Path) -> int:
     from ..torchtitan_internals import find_checkpoint_step
 
     return max(find_checkpoint_step(Path(out) / "checkpoint"), 0)
+
+
+def resumes(spec: RunSpec, out: str | Path) -> bool:
+    """Whether this run continues one: ``--resume``, or ``--resume auto`` over a folder
+    that holds a complete checkpoint (without one, ``auto`` starts fresh)."""
+    if spec.resume == RESUME_AUTO:
+        return latest_checkpoint_step(out) > 0
+    return bool(spec.resume)
+
+
+def already_trained(spec: RunSpec, out: str | Path) -> bool:
+    """``--resume auto`` over a run whose checkpoint already holds every step: a job
+    requeued or restarted after it finished has nothing left to train."""
+    return (
+        spec.resume == RESUME_AUTO
+        and (Path(out) / "run.json").is_file()
+        and latest_checkpoint_step(out) >= spec.steps
+    )
+
+
+def fresh_overwrite(spec: RunSpec) -> bool:
+    """Whether a fresh start may clear an earlier run of ours in its folder: with
+    ``--overwrite``, and with ``--resume auto`` (the folder is the job's own; without a
+    checkpoint, what an interrupted first attempt left is started again)."""
+    return spec.overwrite or spec.resume == RESUME_AUTO
 
 
 def prepare_resume_dir(out: str | Path | None) -> tuple[Path, int]:

@@ -21,11 +21,14 @@ from ..training.plan import Plan
 from ..training.ranks import launched_by_torchrun, rank, world_size
 from .folder import (
     RunResult,
+    already_trained,
     check_resume,
+    fresh_overwrite,
     new_out_dir,
     own_run_folder,
     prepare_out_dir,
     prepare_resume_dir,
+    resumes,
     resumes_at_other_world,
     write_manifest,
 )
@@ -66,19 +69,22 @@ def _train_in_folder(
     out: Path, plan: Plan, reporter: Reporter, launched: bool, init_dir: Path | None
 ) -> RunResult:
     """:func:`run_here`, once the run folder is ours: resume or start, train, record."""
+    from ..training.stopping import StopRequest
     from ..training.trainer import trainer_session
 
     spec, rank0 = plan.spec, rank() == 0
     resumed_from = 0
     reshard = False
-    if spec.resume:
+    if already_trained(spec, out):
+        return RunResult.from_folder(out)  # a requeue or restart after the last step
+    if resumes(spec, out):
         out, resumed_from = prepare_resume_dir(out)
         # before run.json says anything new; each rank hashes its share of the shards
         check_resume(out, resumed_from, plan, share=(rank(), world_size()))
         data_ranks = plan.world_size // plan.tp  # torchtitan's dp degree
         reshard = resumes_at_other_world(out, resumed_from, data_ranks, echo=rank0)
     elif rank0:
-        out = prepare_out_dir(out, spec.overwrite)
+        out = prepare_out_dir(out, fresh_overwrite(spec))
     result = RunResult(out=out, spec=spec, plan=plan)
 
     def manifest(status: str, **extra: Any) -> None:
@@ -91,13 +97,25 @@ def _train_in_folder(
 
     started = time.perf_counter()
     error = None
+    # a run that saves checkpoints saves one more on SIGTERM (training/stopping.py)
+    stop = StopRequest()
     try:
-        with trainer_session(
-            plan, out, init_dir=init_dir, verbose=reporter.verbose, skip_dataloader_state=reshard
-        ) as trainer:
+        with (
+            trainer_session(
+                plan, out, init_dir=init_dir, verbose=reporter.verbose,
+                skip_dataloader_state=reshard,
+            ) as trainer,
+            stop.on_sigterm() if spec.checkpoint_interval else nullcontext(),
+        ):  # fmt: skip
             if trainer.metrics_processor.jsonl is not None:
                 trainer.metrics_processor.jsonl.on_step = step_done
+            trainer.stop_request = stop if spec.checkpoint_interval else None
             trainer.train()
+            if trainer.stopped_at is not None:
+                raise Terminated(
+                    f"stopped by signal {stop.signal or 'on another rank'}: checkpoint of "
+                    f"step {trainer.stopped_at} saved; --resume auto continues from it"
+                )
     except KeyboardInterrupt as e:
         result.status = "terminated" if isinstance(e, Terminated) else "interrupted"
         raise

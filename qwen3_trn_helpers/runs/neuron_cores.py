@@ -120,3 +120,33 @@ def neuron_rank_environment(env: dict[str, str], neuron_cores: str | None = None
             file=sys.stderr,
         )
     return env
+
+
+def share_torchrun_prefix(nproc: int, env: dict[str, str] | None = None) -> list[str]:
+    """torchrun flags that start each rank inside the class's share, or [] without one.
+
+    For a torchrun whose ranks are not ``qwen3-trn train`` (the smoke ladder's raw
+    collectives, torchtitan's own entry point): torchrun gives every rank the same
+    environment, so each rank sets its own core in a one-line shell before Python
+    starts (torchrun's ``--no-python``): the share's first core + LOCAL_RANK, the
+    layout :func:`confine_rank_to_its_core` makes for our own ranks. Put it where
+    torchrun expects its script; the caller's ``-m module args`` follow as the
+    interpreter's arguments.
+    """
+    env = os.environ if env is None else env
+    share = env.get(CLASS_SLICE_ENV)
+    if not share:
+        return []
+    from ..trn2 import core_slice
+
+    try:
+        cores = core_slice(share)
+    except ValueError as e:
+        raise ConfigError(f"{CLASS_SLICE_ENV}: {e}") from None
+    if nproc > len(cores):
+        raise ConfigError(
+            f"this step starts {nproc} ranks but your share of the trn2 ({CLASS_SLICE_ENV}="
+            f"{share}) holds {len(cores)} NeuronCores: ask for a share of {nproc} or more"
+        )
+    line = f'export NEURON_RT_VISIBLE_CORES=$(( {cores.start} + LOCAL_RANK )); exec "$@"'
+    return ["--no-python", "bash", "-c", line, "rank", sys.executable]

@@ -112,8 +112,10 @@ def execute(plan: Plan, reporter: Reporter) -> RunResult:
     from ..assets import hub_offline
     from ..training.ranks import launched_by_torchrun
 
-    if not launched_by_torchrun():  # (a launch's ranks: their launcher checked both)
+    if not launched_by_torchrun():  # (a launch's ranks: their launcher did these)
         check_hub_answers(plan)
+        if plan.device_type == "neuron":
+            warn_thin_slack(plan)
     if not plan.spec.skip_memory_check:
         problem = memory_fit_problem(plan, available_memory_gib())
         if problem:
@@ -129,6 +131,15 @@ def execute(plan: Plan, reporter: Reporter) -> RunResult:
         from .torchrun import run_with_torchrun
 
         return run_with_torchrun(plan, reporter)
+
+
+def warn_thin_slack(plan: Plan) -> None:
+    """One ``warning:`` line on stderr when a trn2 plan leaves under 1 GiB per core."""
+    import sys
+
+    warning = plan.memory().slack_warning()
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
 
 
 def launches(plan: Plan) -> bool:

@@ -1,10 +1,18 @@
-"""Job files for the schedulers a team already runs: a Slurm batch script, a PyTorchJob.
+"""Job files for the schedulers a team already runs: a Slurm batch script, a Kubeflow
+TrainJob (Trainer v2, what a plain EKS cluster installs) or PyTorchJob (v1, HyperPod's).
 
-Neither is a launcher of ours. Each starts, on every node, the same ``qwen3-trn train``
+None is a launcher of ours. Each starts, on every node, the same ``qwen3-trn train``
 command, which runs torchrun with its c10d rendezvous (runs/torchrun.py): Slurm
-through ``srun`` (one task per node), Kubernetes through the Kubeflow training
-operator's PyTorchJob (one pod per node). The files are printed for the user to read,
-edit and submit (``qwen3-trn slurm ... > job.sbatch; sbatch job.sbatch``).
+through ``srun`` (one task per node), Kubernetes through Kubeflow (one pod per node).
+The files are printed for the user to read, edit and submit (``qwen3-trn slurm ... >
+job.sbatch; sbatch job.sbatch``).
+
+Jobs survive: every job file runs ``--resume auto`` with a checkpoint interval it
+states, so the first run, a requeued one and torchrun's restarted ranks are the same
+command; SIGTERM (preemption, ``scontrol requeue``, a pod's eviction) saves the current
+step first (training/stopping.py). Every user value is written as data: control
+characters are refused, the rest is quoted for bash (``shlex.quote``) and no user value
+reaches an ``#SBATCH`` line.
 
 On trn2 each node is a whole trn2.48xlarge (16 Trainium2 chips, 16 EFA interfaces);
 the Neuron and EFA settings every node needs come from AWS's multi-node docs, named
@@ -16,29 +24,66 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..training.spec import RunSpec
+from ..training.spec import RESUME_AUTO, RunSpec
 
-#: every node's environment on trn2 (EFA: AWS's torch-neuronx multi-node setup guide,
-#: setup-trn1-multi-node-execution; MALLOC_ARENA_MAX: neuronx-distributed-training's
-#: train_setup.sh)
+#: every node's environment on trn2. EFA: AWS's torch-neuronx multi-node setup guide
+#: (setup-trn1-multi-node-execution); MALLOC_ARENA_MAX: neuronx-distributed-training's
+#: examples/train_setup.sh (128)
 TRN2_NODE_ENV = {
     "FI_PROVIDER": "efa",  # libfabric over the instance's EFA interfaces, not TCP
     "FI_EFA_USE_DEVICE_RDMA": "1",  # the chips write to EFA directly (RDMA)
     "FI_EFA_FORK_SAFE": "1",  # needed on Amazon Linux 2; harmless elsewhere
-    "MALLOC_ARENA_MAX": "64",  # 64 rank processes per node: bound glibc's arenas
+    "MALLOC_ARENA_MAX": "128",  # 64 rank processes per node: bound glibc's arenas
 }
+#: pods on EKS also name the interface the Neuron collectives' bootstrap uses
+#: (aws-neuron-eks-samples: CCOM_SOCKET_IFNAME=eth0, "often required on EKS")
+TRN2_POD_ENV = {**TRN2_NODE_ENV, "CCOM_SOCKET_IFNAME": "eth0"}
+#: open files per process, as neuronx-distributed-training's train_setup.sh raises it
+NOFILE = 65535
 #: a trn2.48xlarge's devices, as Kubernetes' Neuron and EFA device plugins name them
-TRN2_RESOURCES = {"aws.amazon.com/neuron": 16, "vpc.amazonaws.com/efa": 16}
+NEURON_DEVICES = 16
+EFA_INTERFACES = 16
+#: what a trn2 pod requests (= limits: Guaranteed QoS, evicted last). A trn2.48xlarge
+#: has 192 vCPUs and 2 TiB; the rest is left to the kubelet and the device plugins.
+#: Hugepages: AWS's EKS EFA examples request 2 MiB hugepages for libfabric (5120Mi)
+TRN2_POD_RESOURCES = {"cpu": "184", "memory": "1900Gi", "hugepages-2Mi": "5120Mi"}
+CPU_POD_RESOURCES = {"cpu": "4", "memory": "16Gi"}
 #: TorchNeuron's persistent NEFF cache folder (torch-neuronx source; default /tmp/neff_cache)
 NEFF_CACHE_VAR = "TORCH_NEURONX_NEFF_CACHE_DIR"
 RDZV_PORT = 29500  # torchrun's customary port (MASTER_PORT's default)
-SHARED_DIR_K8S = "/fsx"  # where the PyTorchJob mounts shared storage (FSx for Lustre)
+SHARED_DIR_K8S = "/fsx"  # where the job mounts shared storage (FSx for Lustre)
+#: job files save a checkpoint every this many steps unless --checkpoint-interval says
+#: otherwise: about 5-10 minutes of a 4B trn2 step, so a preemption loses little and
+#: FSx is not written all the time
+JOB_CHECKPOINT_INTERVAL = 100
+#: torchrun restarts a node's ranks this many times unless --max-restarts says otherwise
+JOB_MAX_RESTARTS = 3
+#: Slurm signals the batch script this long before the time limit; it requeues the
+#: job, whose ranks then save their step (SIGTERM) within Slurm's KillWait
+SIGNAL_AHEAD_S = 300
+#: seconds a pod has after SIGTERM to save its step before SIGKILL
+POD_GRACE_S = 300
 
 
-def _check(spec: RunSpec) -> RunSpec:
+def refuse_control_characters(spec: RunSpec, extra: dict[str, str]) -> None:
+    """One line naming the flag that holds a control character (a newline ends a
+    comment line in bash, and a job file's meaning with it)."""
+    values = {f"--{k.replace('_', '-')}": v for k, v in asdict(spec).items()}
+    for flag, value in {**values, **extra}.items():
+        if isinstance(value, str) and any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ConfigError(
+                f"{flag} holds a control character ({value!r}); a job file takes paths and "
+                "names without newlines or tabs: rename it"
+            )
+
+
+def _check(spec: RunSpec, **extra: str) -> RunSpec:
+    """The spec a job runs: checked, resuming by itself, saving at a stated interval."""
+    refuse_control_characters(spec, extra)
     spec.validate()
     if spec.nnodes < 2:
         raise ConfigError(
@@ -54,7 +99,16 @@ def _check(spec: RunSpec) -> RunSpec:
             "a job on several nodes needs --out on storage every node sees (FSx, NFS): "
             "rank 0 writes metrics.jsonl there and every rank its checkpoint shards"
         )
-    return spec
+    if spec.overwrite:
+        raise ConfigError(
+            "a job file resumes by itself (--resume auto) and a requeued job would delete "
+            "its own checkpoints with --overwrite: drop --overwrite (choose a new --out)"
+        )
+    return spec.replace(
+        resume=RESUME_AUTO,
+        checkpoint_interval=spec.checkpoint_interval or JOB_CHECKPOINT_INTERVAL,
+        max_restarts=spec.max_restarts or JOB_MAX_RESTARTS,
+    ).validate()
 
 
 def _train_args(spec: RunSpec) -> list[str]:
@@ -62,10 +116,19 @@ def _train_args(spec: RunSpec) -> list[str]:
     return ["--no-progress", *spec.to_argv()]
 
 
+def _local_paths(spec: RunSpec) -> list[str]:
+    """The files and folders the run reads, named by absolute path (checked on each node)."""
+    paths = []
+    for value in (spec.corpus, spec.tokenizer, spec.init):
+        if value and os.path.isabs(value):
+            paths.append(value)
+    return paths
+
+
 def slurm_script(
     spec: RunSpec, *, on_trn2: bool, python: str | None = None, workdir: str | None = None
 ) -> str:
-    """An sbatch script that runs ``spec`` on ``spec.nnodes`` nodes.
+    """An sbatch script that runs ``spec`` on ``spec.nnodes`` nodes and survives.
 
     ``workdir`` is the job's ``--chdir``: where the repository is checked out on the
     cluster (shared storage every node mounts); by default the folder this runs in,
@@ -75,17 +138,29 @@ def slurm_script(
     reaches it by (NodeAddr), resolved to an IPv4 address on the node itself; never
     ``hostname --ip-address``, which gives 127.0.1.1 on images whose /etc/hosts maps
     the host name there (and ``qwen3-trn train`` refuses a loopback endpoint when the
-    job's nodes are different hosts).
+    job's nodes are different hosts). ``sbatch`` works from any folder: the log goes
+    where sbatch runs (Slurm creates no folder), the script makes ``--out`` and checks,
+    on every node, each path it needs.
     """
-    spec = _check(spec).replace(out=str(Path(spec.out).expanduser().absolute()))
     python = python or sys.executable
+    workdir = workdir or os.getcwd()
+    spec = _check(spec, python=python, **{"the working folder": workdir})
+    spec = spec.replace(out=os.path.normpath(os.path.join(workdir, spec.out)))
     name = f"qwen3-trn-{spec.variant}".replace("_", "-")
+    q = shlex.quote
     lines = [
         "#!/bin/bash",
         f"# qwen3-trn on {spec.nnodes} nodes x {spec.nproc} ranks: one Slurm task per node, "
         "each running torchrun",
         "# (through `qwen3-trn train`) with the c10d rendezvous on the first node.",
-        "# Generated by `qwen3-trn slurm`; submit with `sbatch FILE`.",
+        "# Generated by `qwen3-trn slurm`; submit with `sbatch FILE` from any folder.",
+        "#",
+        "# Surviving: the run saves a checkpoint every "
+        f"{spec.checkpoint_interval} steps (--checkpoint-interval)",
+        "# and on SIGTERM; --resume auto continues from the newest one, so a requeued job",
+        "# (preemption, a failed node, the time limit) reruns this same script and goes on.",
+        f"# torchrun restarts a node's failed ranks up to {spec.max_restarts} times "
+        "(--max-restarts).",
         f"#SBATCH --job-name={name}",
         f"#SBATCH --nodes={spec.nnodes}",
         "#SBATCH --ntasks-per-node=1",
@@ -93,14 +168,28 @@ def slurm_script(
     if on_trn2:
         lines += ["#SBATCH --exclusive  # a whole trn2.48xlarge per node: 16 chips, 16 EFA"]
     lines += [
-        f"#SBATCH --chdir={shlex.quote(workdir or os.getcwd())}",
-        f"#SBATCH --output={shlex.quote(spec.out)}/slurm-%j.out",
+        "#SBATCH --output=qwen3-trn-%j.out  # where sbatch runs: a folder that exists",
+        "#SBATCH --open-mode=append  # a requeued job adds to the same log",
+        "#SBATCH --requeue  # preempted or its node failed: requeued, not ended",
+        f"#SBATCH --signal=B:USR1@{SIGNAL_AHEAD_S}  # the time limit is near: see the trap",
         "set -euo pipefail",
+        "",
+        f"workdir={q(workdir)}",
+        f"python={q(python)}",
+        f"out={q(spec.out)}",
+        'echo "attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )) of job $SLURM_JOB_ID"',
+        "# the time limit is near: requeue (Slurm sends every rank SIGTERM; each saves",
+        "# its step and the requeued job resumes from it)",
+        'trap \'echo "time limit near: requeueing"; scontrol requeue "$SLURM_JOB_ID"\' USR1',
+        'mkdir -p -- "$out"',
         "",
         "# the first node hosts the rendezvous, at the address Slurm itself reaches it by",
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        'head_addr=$(scontrol show node "$head_node" | grep -oE "NodeAddr=[^ ]+" | cut -d= -f2)',
-        "head_ip=$(getent ahostsv4 \"$head_addr\" | awk 'NR == 1 {print $1}')",
+        'head_addr=$(scontrol show node "$head_node" | grep -oE "NodeAddr=[^ ]+" '
+        "| cut -d= -f2) || true",
+        "head_addr=${head_addr:-$head_node}",
+        "# (|| true: under set -e a name getent cannot resolve would end the script here)",
+        "head_ip=$(getent ahostsv4 \"$head_addr\" | awk 'NR == 1 {print $1}') || true",
         "head_ip=${head_ip:-$head_addr}",
         f"port=$(( {RDZV_PORT} + SLURM_JOB_ID % 1000 ))  # one port per job on the head node",
         'echo "rendezvous: $head_ip:$port ($head_node), nodes: $SLURM_JOB_NODELIST"',
@@ -108,6 +197,14 @@ def slurm_script(
     if on_trn2:
         lines += ["", "# every node: EFA between the instances, Neuron's settings"]
         lines += [f"export {k}={v}" for k, v in TRN2_NODE_ENV.items()]
+        lines += [
+            "# the Neuron runtime's root communicator on the head node's IP (AWS's scripts",
+            "# hand it an IP; torchrun's MASTER_ADDR is a host name): runtime guide,",
+            "# nrt-developer-guide. Whether TorchNeuron keeps a value set here is unverified",
+            'export NEURON_RT_ROOT_COMM_ID="$head_ip:$(( port + 1 ))"',
+            f'ulimit -n {NOFILE} || echo "warning: ulimit -n {NOFILE} refused; '
+            f'open files stay at $(ulimit -n)"  # train_setup.sh',
+        ]
         cache = Path(spec.out).parent / "neff-cache"
         lines += [
             "# one compiled-graph (NEFF) cache on shared storage: every node compiles the",
@@ -115,73 +212,140 @@ def slurm_script(
             "# The variable is torch-neuronx's own (its source; its cache writes a temporary",
             "# file and renames it, meant for NFS); delete the line for a per-node cache",
             "# if your version differs",
-            f"export {NEFF_CACHE_VAR}={shlex.quote(str(cache))}",
+            f"export {NEFF_CACHE_VAR}={q(str(cache))}",
         ]
-    cmd = [python, "-m", "qwen3_trn_helpers", "train", *_train_args(spec)]
+    needed = ['"$workdir"', '"$out"', *(q(p) for p in _local_paths(spec))]
+    check = (
+        'py=$1; shift; [ -x "$py" ] || { echo "error: node $(hostname): $py is not an '
+        'executable Python there (install the same venv on every node)" >&2; exit 1; }; '
+        'for p in "$@"; do [ -e "$p" ] || { echo "error: node $(hostname): $p does not '
+        'exist there (mount the shared storage on every node)" >&2; exit 1; }; done'
+    )
     lines += [
         "",
+        "# every node sees what the run needs (shared storage mounted, the same venv)",
+        f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c {q(check)} \\",
+        f'  check "$python" {" ".join(needed)}',
+    ]
+    lines += [
+        "",
+        "# the fabric between the nodes first: one rank per node, an all_reduce and one",
+        "# FSDP step across them (the smoke ladder's collectives rung); a node that cannot",
+        "# reach the others fails here in seconds, not after the model is built",
+        'srun --ntasks-per-node=1 --kill-on-bad-exit=1 "$python" -m torch.distributed.run \\',
+        f"  --nnodes={spec.nnodes} --nproc-per-node=1 --rdzv-backend=c10d \\",
+        '  --rdzv-endpoint="$head_ip:$(( port + 2 ))" -m qwen3_trn_helpers.smoke collectives',
+    ]
+    cmd = ["-m", "qwen3_trn_helpers", "train", *_train_args(spec.replace(out=None))]
+    lines += [
+        "",
+        'cd -- "$workdir"',
         "# one task per node; a failing node stops the others (--kill-on-bad-exit), and",
         "# scancel's SIGTERM reaches every rank through qwen3-trn and torchrun",
-        "srun --kill-on-bad-exit=1 --ntasks-per-node=1 \\",
+        'srun --kill-on-bad-exit=1 --ntasks-per-node=1 "$python" \\',
         f"  {shlex.join(cmd)} \\",
-        '  --rdzv-endpoint "$head_ip:$port"',
+        '  --out "$out" --rdzv-endpoint "$head_ip:$port" &',
+        "srun_pid=$!",
+        "# wait again after the USR1 trap interrupts wait; the job's status is srun's",
+        'status=0; wait "$srun_pid" || status=$?',
+        'while kill -0 "$srun_pid" 2>/dev/null; do status=0; wait "$srun_pid" || status=$?; done',
+        'exit "$status"',
         "",
     ]
     return "\n".join(lines)
 
 
+def _k8s_out(spec: RunSpec) -> str:
+    """``--out`` normalised (``..`` resolved) and under the shared volume."""
+    out = os.path.normpath(spec.out) if spec.out else ""
+    if not os.path.isabs(out) or not Path(out).is_relative_to(SHARED_DIR_K8S):
+        raise ConfigError(
+            f"--out must be on the shared volume every pod mounts at {SHARED_DIR_K8S} "
+            f"(for example {SHARED_DIR_K8S}/runs/qwen3), got {spec.out} (as {out or 'empty'})"
+        )
+    return out
+
+
+def _k8s_parts(spec: RunSpec, on_trn2: bool, image: str, efa: int | None):
+    """What both Kubernetes APIs share: the checked spec, env, resources, volumes."""
+    if not image or not image.strip():
+        raise ConfigError("--image is empty: name the container image (registry/name:tag)")
+    spec = _check(spec, **{"--image": image})
+    spec = spec.replace(out=_k8s_out(spec))
+    efa = EFA_INTERFACES if efa is None else efa
+    if efa < 0 or efa > EFA_INTERFACES:
+        raise ConfigError(f"--efa must be 0 to {EFA_INTERFACES} (a trn2.48xlarge's), got {efa}")
+    env = dict(TRN2_POD_ENV) if on_trn2 else {}
+    if on_trn2:
+        env[NEFF_CACHE_VAR] = str(Path(spec.out).parent / "neff-cache")  # shared volume
+    devices: dict[str, str] = {}
+    if on_trn2:
+        devices["aws.amazon.com/neuron"] = str(NEURON_DEVICES)
+        if efa:
+            devices["vpc.amazonaws.com/efa"] = str(efa)
+    amounts = {**(TRN2_POD_RESOURCES if on_trn2 else CPU_POD_RESOURCES), **devices}
+    resources = {"limits": dict(amounts), "requests": dict(amounts)}  # Guaranteed QoS
+    volumes = [
+        # torch's data loaders and the Neuron runtime share memory through /dev/shm;
+        # a container's default is 64 MiB
+        {"name": "shm", "emptyDir": {"medium": "Memory"}},
+        {"name": "shared", "persistentVolumeClaim": {"claimName": "fsx-claim"}},
+    ]
+    mounts = [
+        {"name": "shm", "mountPath": "/dev/shm"},
+        {"name": "shared", "mountPath": SHARED_DIR_K8S},
+    ]
+    env_list = [{"name": k, "value": v} for k, v in env.items()]
+    return spec, env_list, resources, volumes, mounts
+
+
+def _pod_basics(on_trn2: bool) -> dict:
+    basics: dict = {"terminationGracePeriodSeconds": POD_GRACE_S}
+    if on_trn2:
+        basics["nodeSelector"] = {"node.kubernetes.io/instance-type": "trn2.48xlarge"}
+    return basics
+
+
 def pytorchjob_manifest(
-    spec: RunSpec, *, on_trn2: bool, image: str, name: str | None = None
+    spec: RunSpec,
+    *,
+    on_trn2: bool,
+    image: str,
+    name: str | None = None,
+    efa: int | None = None,
 ) -> dict:
-    """A Kubeflow PyTorchJob (kubeflow.org/v1) running ``spec`` on ``spec.nnodes`` pods.
+    """A Kubeflow PyTorchJob (kubeflow.org/v1, HyperPod's) running ``spec`` on
+    ``spec.nnodes`` pods.
 
     The elastic form, Workers only: the training operator then sets the rendezvous
     (``PET_RDZV_ENDPOINT``, worker 0's address) and none of RANK / WORLD_SIZE, which a
     process started by torchrun would otherwise read as its own. min = max replicas:
     a fixed world, as the layout needs. ``runPolicy`` is written out (the SDK's models
     require it). Shared storage is a PersistentVolumeClaim named ``fsx-claim`` at
-    ``/fsx``; ``--out`` must be under it.
+    ``/fsx``; ``--out`` must be under it. Restarts: a failed pod is restarted
+    (``OnFailure``, what HyperPod's auto-resume needs) up to ``backoffLimit`` times and
+    resumes; gang scheduling through Volcano (the operator started with
+    ``--gang-scheduler-name=volcano``), all pods or none.
     """
-    spec = _check(spec)
-    out = Path(spec.out)
-    if not out.is_absolute() or not out.is_relative_to(SHARED_DIR_K8S):
-        raise ConfigError(
-            f"--out must be on the shared volume every pod mounts at {SHARED_DIR_K8S} "
-            f"(for example {SHARED_DIR_K8S}/runs/qwen3), got {spec.out}"
-        )
+    spec, env, resources, volumes, mounts = _k8s_parts(spec, on_trn2, image, efa)
     name = name or f"qwen3-trn-{spec.variant}".replace("_", "-")
     train = shlex.join(["python", "-m", "qwen3_trn_helpers", "train", *_train_args(spec)])
-    env = [{"name": k, "value": v} for k, v in (TRN2_NODE_ENV if on_trn2 else {}).items()]
-    if on_trn2:  # one NEFF cache on the shared volume for every pod, as the Slurm script
-        env.append({"name": NEFF_CACHE_VAR, "value": str(out.parent / "neff-cache")})
-    resources = (
-        {"limits": dict(TRN2_RESOURCES), "requests": dict(TRN2_RESOURCES)} if on_trn2 else {}
-    )
     container = {
         "name": "pytorch",  # the operator reads the port from the container of this name
         "image": image,
         "command": ["bash", "-c", f'exec {train} --rdzv-endpoint "$PET_RDZV_ENDPOINT"'],
         "env": env,
         "ports": [{"name": "pytorchjob-port", "containerPort": RDZV_PORT}],
-        "volumeMounts": [
-            {"name": "shm", "mountPath": "/dev/shm"},
-            {"name": "shared", "mountPath": SHARED_DIR_K8S},
-        ],
+        "resources": resources,
+        "volumeMounts": mounts,
     }
-    if resources:
-        container["resources"] = resources
     pod_spec = {
-        "restartPolicy": "Never",
+        **_pod_basics(on_trn2),
+        "schedulerName": "volcano",
+        "restartPolicy": "OnFailure",
         "containers": [container],
-        "volumes": [
-            # torch's data loaders and the Neuron runtime share memory through /dev/shm;
-            # a container's default is 64 MiB
-            {"name": "shm", "emptyDir": {"medium": "Memory"}},
-            {"name": "shared", "persistentVolumeClaim": {"claimName": "fsx-claim"}},
-        ],
+        "volumes": volumes,
     }
-    if on_trn2:
-        pod_spec["nodeSelector"] = {"node.kubernetes.io/instance-type": "trn2.48xlarge"}
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
@@ -191,15 +355,103 @@ def pytorchjob_manifest(
                 "rdzvBackend": "c10d",
                 "minReplicas": spec.nnodes,
                 "maxReplicas": spec.nnodes,
-                "maxRestarts": 0,
+                "maxRestarts": spec.max_restarts,
             },
-            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 0},
+            "runPolicy": {
+                "cleanPodPolicy": "None",
+                "backoffLimit": spec.max_restarts,
+                "schedulingPolicy": {"minAvailable": spec.nnodes},  # gang: all or none
+            },
             "pytorchReplicaSpecs": {
                 "Worker": {
                     "replicas": spec.nnodes,
-                    "restartPolicy": "Never",
+                    "restartPolicy": "OnFailure",
                     "template": {"spec": pod_spec},
                 }
             },
         },
     }
+
+
+def trainjob_manifests(
+    spec: RunSpec,
+    *,
+    on_trn2: bool,
+    image: str,
+    name: str | None = None,
+    efa: int | None = None,
+) -> list[dict]:
+    """A Kubeflow Trainer v2 TrainingRuntime and the TrainJob that uses it.
+
+    The runtime (trainer.kubeflow.org/v1alpha1, namespaced) holds what the TrainJob API
+    cannot say: the pod's volumes, node selector, grace time, gang scheduling
+    (``podGroupPolicy.volcano``) and the JobSet's restarts (``failurePolicy.maxRestarts``:
+    every pod recreated, the run resumes). The TrainJob holds the image, the command,
+    the environment and the resources per node. Trainer v2 sets ``PET_MASTER_ADDR`` /
+    ``PET_MASTER_PORT`` (node 0 of the JobSet): the rendezvous endpoint.
+    """
+    spec, env, resources, volumes, mounts = _k8s_parts(spec, on_trn2, image, efa)
+    name = name or f"qwen3-trn-{spec.variant}".replace("_", "-")
+    runtime = f"{name}-runtime"
+    train = shlex.join(["python", "-m", "qwen3_trn_helpers", "train", *_train_args(spec)])
+    endpoint = '--rdzv-endpoint "$PET_MASTER_ADDR:$PET_MASTER_PORT"'
+    pod_spec = {
+        **_pod_basics(on_trn2),
+        "restartPolicy": "Never",  # the JobSet restarts the whole job (failurePolicy)
+        "containers": [
+            {
+                "name": "node",  # Trainer v2's trainer container
+                "image": image,
+                "volumeMounts": mounts,
+            }
+        ],
+        "volumes": volumes,
+    }
+    training_runtime = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainingRuntime",
+        "metadata": {"name": runtime},
+        "spec": {
+            "mlPolicy": {"numNodes": spec.nnodes, "torch": {}},
+            "podGroupPolicy": {"volcano": {}},  # gang scheduling: all pods or none
+            "template": {
+                "spec": {
+                    "failurePolicy": {"maxRestarts": spec.max_restarts},
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "replicas": 1,
+                            "template": {
+                                "metadata": {
+                                    "labels": {
+                                        "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"
+                                    }
+                                },
+                                "spec": {"backoffLimit": 0, "template": {"spec": pod_spec}},
+                            },
+                        }
+                    ],
+                }
+            },
+        },
+    }
+    train_job = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {
+            "runtimeRef": {
+                "apiGroup": "trainer.kubeflow.org",
+                "kind": "TrainingRuntime",
+                "name": runtime,
+            },
+            "trainer": {
+                "image": image,
+                "numNodes": spec.nnodes,
+                "command": ["bash", "-c", f"exec {train} {endpoint}"],
+                "env": env,
+                "resourcesPerNode": resources,
+            },
+        },
+    }
+    return [training_runtime, train_job]

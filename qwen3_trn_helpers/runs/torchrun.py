@@ -25,15 +25,18 @@ from pathlib import Path
 from ..errors import TrainingError
 from ..training.metrics_file import keep_steps_before, read_metrics
 from ..training.plan import Plan
-from ..training.spec import RunSpec
+from ..training.spec import RESUME_AUTO, RunSpec
 from .child import run_child, stop_process_group
 from .folder import (
     RunResult,
+    already_trained,
     check_resume,
+    fresh_overwrite,
     new_out_dir,
     own_run_folder,
     prepare_out_dir,
     prepare_resume_dir,
+    resumes,
 )
 from .lifeline import launcher_environment, watched
 from .neuron_cores import neuron_rank_environment, with_class_slice
@@ -42,7 +45,7 @@ from .reporter import Reporter
 
 #: what torchrun itself decides for each rank (how many ranks per node and nodes, where
 #: they meet): a rank's argv leaves them out and its plan reads them back from torchrun
-LAUNCH_FIELDS = ("nproc", "nnodes", "rdzv_endpoint", "rdzv_timeout")
+LAUNCH_FIELDS = ("nproc", "nnodes", "rdzv_endpoint", "rdzv_timeout", "max_restarts")
 
 
 def torchrun_command(plan: Plan, python: str | None = None, **rank_fields: str) -> list[str]:
@@ -67,6 +70,8 @@ def torchrun_command(plan: Plan, python: str | None = None, **rank_fields: str) 
         ]
     else:
         where = ["--standalone", "--nnodes=1"]
+    if spec.max_restarts:
+        where.append(f"--max-restarts={spec.max_restarts}")
     argv = spec.to_argv(leave_out=LAUNCH_FIELDS + tuple(rank_fields))
     for name, value in rank_fields.items():
         argv += ["--" + name.replace("_", "-")] + ([] if value == "" else [value])
@@ -83,6 +88,11 @@ def torchrun_command(plan: Plan, python: str | None = None, **rank_fields: str) 
         *argv,
     ]
 
+
+#: seconds a run that saves checkpoints gets, after SIGTERM, to finish its step and save
+#: (the scheduler's own grace, Slurm's KillWait or a pod's terminationGracePeriodSeconds,
+#: ends it earlier if shorter; torchrun gives its workers 30 s)
+STOP_GRACE_S = 120
 
 shell_command = shlex.join  # the command as one line a shell runs as it is
 
@@ -134,7 +144,9 @@ def _launch_in(
     spec = plan.spec
     multinode = plan.nnodes > 1
     rank_fields: dict[str, str] = {}
-    if spec.resume:
+    if not multinode and already_trained(spec, out):
+        return RunResult.from_folder(out)  # a requeue or restart after the last step
+    if resumes(spec, out):
         out, resumed_from = prepare_resume_dir(out)
         if not multinode:  # (several nodes: rank 0 does both, once, not every node)
             # refused before any file changes, rather than in rank 0 after the next line
@@ -149,8 +161,10 @@ def _launch_in(
         resumed_from = 0
         out.mkdir(parents=True, exist_ok=True)
     else:
-        out, resumed_from = prepare_out_dir(out, spec.overwrite), 0
-        rank_fields = {"out": str(out), "overwrite": ""}  # cleared here, held here
+        out, resumed_from = prepare_out_dir(out, fresh_overwrite(spec)), 0
+        rank_fields = {"out": str(out)}  # cleared here, held here
+        if spec.resume != RESUME_AUTO:  # (auto stays: ranks torchrun restarts continue)
+            rank_fields["overwrite"] = ""
     if cores != spec.neuron_cores:
         rank_fields["neuron_cores"] = cores
     cmd = torchrun_command(plan, **rank_fields) + (["--verbose"] if reporter.verbose else [])
@@ -195,6 +209,8 @@ def _launch_in(
         result = run_child(
             cmd, log=log_path, env=env, timeout=timeout,
             while_running=report_steps,
+            # on SIGTERM the ranks save a checkpoint first (training/stopping.py)
+            grace_s=STOP_GRACE_S if spec.checkpoint_interval else 30,
         )  # fmt: skip
     finally:
         close_bar()

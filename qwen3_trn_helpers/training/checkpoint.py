@@ -55,6 +55,15 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
     class Config(CheckpointManager.Config):
         pass
 
+    #: save at the next ``save()`` whatever the interval (a stop was requested:
+    #: training/stopping.py); torchtitan's own rule otherwise
+    save_now: bool = False
+
+    def _should_save(self, curr_step: int, last_step: bool = False) -> bool:
+        if self.save_now and self.enable and not self.load_only:
+            return True
+        return super()._should_save(curr_step, last_step)
+
     # torchtitan's base class guards the public save/load (enabled or not) and asks
     # subclasses to override these hooks instead
     def _save(self, curr_step: int, last_step: bool = False) -> bool:

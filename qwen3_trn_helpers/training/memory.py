@@ -56,6 +56,10 @@ from ..model.shapes import Qwen3Shape
 from ..trn2 import PLANNING_HEADROOM
 
 GIB = 1024**3
+#: below this much room between a plan's estimate and its usable HBM, the plan warns:
+#: the runtime's own share is an assumption (``trn2.Topology.runtime_reserved_gib``), and
+#: a real runtime, a compiler's scratch or a longer kernel schedule can take more
+MIN_SLACK_GIB = 1.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,22 @@ class MemoryEstimate:
     @property
     def fits(self) -> bool:
         return self.total_gib <= self.usable_gib
+
+    @property
+    def slack_gib(self) -> float:
+        """Room left under the usable HBM (negative: the plan does not fit)."""
+        return self.usable_gib - self.total_gib
+
+    def slack_warning(self) -> str | None:
+        """One line when a plan that fits leaves under :data:`MIN_SLACK_GIB` (else None)."""
+        if not self.fits or self.slack_gib >= MIN_SLACK_GIB:
+            return None
+        return (
+            f"the plan leaves {self.slack_gib:.2f} GiB per NeuronCore under the usable "
+            f"{self.usable_gib:.1f} GiB, with the Neuron runtime's share assumed at "
+            f"{self.runtime_gib:.1f} GiB: an out-of-memory is possible; a shorter --seq-len "
+            "or more ranks gives room"
+        )
 
     def row(self) -> dict[str, float]:
         r = lambda x: round(x, 2)  # noqa: E731

@@ -31,6 +31,8 @@ ACTIVATION_CHECKPOINTING = ("none", "selective", "full")
 #: torchtitan 0.3.0's ``ParallelismConfig.spmd_backend`` values (a Literal there; its
 #: default is "spmd_types"); a test compares this tuple with torchtitan's.
 SPMD_BACKENDS = ("spmd_types", "full_dtensor", "partial_dtensor")
+#: ``resume="auto"``: continue from the latest checkpoint in ``out`` if there is one
+RESUME_AUTO = "auto"
 
 
 def _param(default: Any, help: str, **cli: Any) -> Any:
@@ -155,7 +157,20 @@ class RunSpec:
     checkpoint_interval: int = _param(
         0, "save a torchtitan checkpoint every N steps (needed for --resume)", non_negative=True
     )
-    resume: bool = _param(False, "continue the run in --out from its latest complete checkpoint")
+    resume: bool | str = _param(
+        False,
+        "continue the run in --out from its latest complete checkpoint; --resume auto: "
+        "continue when --out holds one, else start fresh there (one command for the first "
+        "run and every requeued or restarted one)",
+        optional_value=RESUME_AUTO,
+    )
+    max_restarts: int = _param(
+        0,
+        "torchrun restarts this node's ranks up to N times after one fails (torchrun's "
+        "--max-restarts); needs --resume auto, so the restarted ranks continue from the "
+        "latest checkpoint",
+        non_negative=True,
+    )
     export_hf: bool = _param(
         False, "save the final weights as a Hugging Face folder (torchtitan's checkpointer)"
     )
@@ -249,6 +264,17 @@ class RunSpec:
         if not isinstance(self.init, str) or not self.init:
             raise ConfigError(
                 f"init must be 'random', 'pretrained' or a checkpoint folder, got {self.init!r}"
+            )
+        if self.resume not in (False, True, RESUME_AUTO):
+            raise ConfigError(
+                f"resume must be True, False or 'auto' (--resume, --resume auto), got "
+                f"{self.resume!r}"
+            )
+        if self.max_restarts and self.resume != RESUME_AUTO:
+            raise ConfigError(
+                f"max_restarts {self.max_restarts} restarts failed ranks, which must then "
+                "continue from the latest checkpoint: pass --resume auto (and "
+                "--checkpoint-interval N) too"
             )
         if self.resume and not self.checkpoint_interval:
             raise ConfigError(

@@ -47,6 +47,7 @@ from . import patches
 from .compile import keep_dynamo_settings, keep_known_failures_eager, use_package_caches
 from .patches import Patch
 from .plan import Plan
+from .stopping import StopRequest, agreed
 
 
 @dataclass(kw_only=True, slots=True)
@@ -87,6 +88,9 @@ class _RunScope:
         options: RunOptions = config.qwen3_trn
         self._scope = ExitStack()
         self._local_losses: list[torch.Tensor] = []
+        #: set by the caller (runs/here.py) for a run that saves checkpoints
+        self.stop_request: StopRequest | None = None
+        self.stopped_at: int | None = None  # the step a requested stop saved and ended at
         try:
             launched = self._scope.enter_context(one_rank_environment())
             self._owns_process_group = not launched
@@ -124,10 +128,23 @@ class _RunScope:
         self._local_losses.append(loss.detach())
         return loss
 
+    def should_continue_training(self) -> bool:
+        return self.stopped_at is None and super().should_continue_training()  # type: ignore[misc]
+
+    def _stop_if_requested(self) -> None:
+        """At a step's end: if any rank was told to stop, save this step and end."""
+        if self.stop_request is None:
+            return
+        device = getattr(self, "device", None)
+        if agreed(self.stop_request.requested, device):
+            self.stopped_at = self.step  # type: ignore[attr-defined]
+            self.checkpointer.save_now = True  # type: ignore[attr-defined]
+
     def train_step(self, data_iterator) -> None:
         self._local_losses = []
         try:
             super().train_step(data_iterator)  # type: ignore[misc]
+            self._stop_if_requested()
         except RuntimeError as e:
             if lost_peer(e):
                 raise TrainingError(
