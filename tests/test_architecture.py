@@ -135,6 +135,7 @@ PROCESS_STARTERS = {
     "qwen3_trn_helpers.runs.rendezvous": "scontrol, Slurm's own tool",
     "qwen3_trn_helpers.assets": "pip download of a pinned wheel (below the runs layer)",
     "qwen3_trn_helpers.wheelhouse": "pip, run by setup.sh before the package is installed",
+    "qwen3_trn_helpers.runs.torchrun": "pgrep: has torchrun started its ranks (the nodes met)",
 }
 
 

@@ -396,7 +396,7 @@ def test_installed_assets_never_follow_a_link_out_of_the_cache(tmp_path, monkeyp
     "param, value, said",
     [("out", 123, "out must be a str (or None), got int 123"),
      ("steps", "10", "steps must be a int, got str '10'"),
-     ("resume", "yes", "resume must be a bool, got str 'yes'"),
+     ("resume", "yes", "resume must be True, False or 'auto'"),
      ("nproc", True, "nproc must be a int, got bool True"),
      ("corpus", ["a.txt"], "corpus must be a str (or None), got list")],
 )  # fmt: skip
@@ -675,8 +675,8 @@ def test_nodes_started_with_other_settings_stop_naming_the_setting(tmp_path):
 
 
 def test_the_settings_compared_name_each_flag(tmp_path):
+    from qwen3_trn_helpers.training.plan import plan_run
     from qwen3_trn_helpers.training.ranks import settings_mismatch
-    from qwen3_trn_helpers.training.spec import plan_run
     from qwen3_trn_helpers.training.trainer import same_on_every_node
 
     def report(node, **changes):

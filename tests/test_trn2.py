@@ -216,7 +216,8 @@ def test_launch_commands_for_trn2():
     # torch-neuronx gives each rank its core (NEURON_RT_VISIBLE_CORES = LOCAL_RANK) when
     # it builds the process group; setting it here would break torchtitan's device index
     added = set(env) - set(os.environ)
-    assert added <= {"NEURON_LOGICAL_NC_CONFIG"}
+    # (and the compiled-graph cache, one folder for every launch: training/compile.py)
+    assert added <= {"NEURON_LOGICAL_NC_CONFIG", "TORCH_NEURONX_NEFF_CACHE_DIR"}
 
 
 def test_ranks_never_inherit_visible_cores(monkeypatch, capsys):

@@ -23,8 +23,6 @@ the child and returns what it measured next to the same steps on the CPU.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from typing import Any
 
@@ -171,18 +169,10 @@ def toy_device_training(steps: int = 3, seed: int = 0, timeout_s: float = 120) -
     """Train a small MLP for ``steps`` SGD steps on ``toydev`` and on the CPU, in a child
     process; return both losses, the largest gradient difference and the operator counts
     (own kernels, and what the CPU fallback caught)."""
-    from ..errors import Qwen3TrnError
+    from ..runs import child
 
-    code = (
-        "import json, sys; from qwen3_trn_helpers.lessons.toy_device import _child; "
-        f"print(json.dumps(_child({int(steps)}, {int(seed)})))"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s
-    )
-    if proc.returncode != 0:
-        raise Qwen3TrnError(f"the toy device's child process failed: {proc.stderr.strip()[-400:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    # the one child runner: its process group stopped on any stop, one error line
+    return child.call(_child, int(steps), int(seed), timeout=timeout_s)
 
 
 if __name__ == "__main__":

@@ -156,15 +156,20 @@ def launches(plan: Plan) -> bool:
 
 def check_hub_answers(plan: Plan, timeout_s: float = 10.0) -> None:
     """A run that streams its text from the hub asks the hub once, before anything is
-    built: without network the dataset library retried for 30 s and then failed deep
-    inside as a bare ConnectionError. (Offline mode with such a corpus is refused when
-    the run is planned.)"""
+    built: offline, or without network, the dataset library retried for 30 s and then
+    failed deep inside as a bare ConnectionError."""
     from pathlib import Path
 
     from ..corpus import is_local
 
     if is_local(plan.corpus) or Path(plan.corpus).suffix:
         return
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("", "0", "false"):
+        raise ConfigError(  # now, not after a minute of retries inside the dataloader
+            f"corpus {plan.corpus!r} streams from the Hugging Face hub, but offline mode is "
+            "on (HF_HUB_OFFLINE=1); unset it, or train on --corpus embedded or a local "
+            ".txt/.jsonl file or folder"
+        )
     import httpx
     from huggingface_hub import constants, get_session
 

@@ -111,9 +111,9 @@ def _check(spec: RunSpec, **extra: str) -> RunSpec:
     ).validate()
 
 
-def _train_args(spec: RunSpec) -> list[str]:
+def _train_args(spec: RunSpec, leave_out: tuple[str, ...] = ()) -> list[str]:
     """``qwen3-trn train`` flags for every node, the endpoint left for the script."""
-    return ["--no-progress", *spec.to_argv()]
+    return ["--no-progress", *spec.to_argv(leave_out=leave_out)]
 
 
 def _local_paths(spec: RunSpec) -> list[str]:
@@ -236,7 +236,7 @@ def slurm_script(
         f"  --nnodes={spec.nnodes} --nproc-per-node=1 --rdzv-backend=c10d \\",
         '  --rdzv-endpoint="$head_ip:$(( port + 2 ))" -m qwen3_trn_helpers.smoke collectives',
     ]
-    cmd = ["-m", "qwen3_trn_helpers", "train", *_train_args(spec.replace(out=None))]
+    cmd = ["-m", "qwen3_trn_helpers", "train", *_train_args(spec, leave_out=("out",))]
     lines += [
         "",
         'cd -- "$workdir"',

@@ -320,10 +320,6 @@ def available_memory_gib() -> float | None:
     return None
 
 
-def _hub_switched_off() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("", "0", "false")
-
-
 def _torchrun_world() -> tuple[int, int] | None:
     """(ranks per node, nodes) as torchrun told this process, or None if it did not."""
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
@@ -416,13 +412,6 @@ def plan_run(
     embedded = corpus in (EMBEDDED, EMBEDDED_PRETRAIN)
     if not embedded and (is_local(corpus) or "/" in corpus or Path(corpus).suffix):
         read_documents(corpus)  # a clear error now (missing, empty), not in the dataloader
-    elif here and not is_local(corpus) and _hub_switched_off():
-        # now, not after a minute of retries deep inside the dataloader
-        raise ConfigError(
-            f"corpus {corpus!r} streams from the Hugging Face hub, but offline mode is on "
-            "(HF_HUB_OFFLINE=1); unset it, or train on --corpus embedded or a local "
-            ".txt/.jsonl file or folder"
-        )
 
     tokenizer_dir = None
     if here:
