@@ -7,6 +7,8 @@
 #   scripts/test.sh --fast     # the inner loop: tests not marked slow, no notebooks
 #   scripts/test.sh --install  # the workshop wheelhouse: built from the package index,
 #                              #   installed offline into a new venv (CI runs it after)
+#   scripts/test.sh --long     # multi-process fault checks and compiled-vs-eager runs
+#                              #   (a minute or more each; its own CI step, after the suite)
 #   scripts/test.sh --site     # the course's static site: built (notebooks executed),
 #                              #   then checked in Chromium (its own CI step)
 #   scripts/test.sh -k parity  # any further pytest arguments are passed on
@@ -31,5 +33,10 @@ if [ "${1:-}" = "--site" ]; then
   shift
   exec "$py" -m pytest tests -m site -p no:xdist --durations=5 "$@"
 fi
-exec "$py" -m pytest tests notebooks --nbval-lax --nbval-current-env -m "not install and not site" \
+if [ "${1:-}" = "--long" ]; then
+  shift
+  exec "$py" -m pytest tests -m long -n auto --dist loadfile --durations=10 "$@"
+fi
+exec "$py" -m pytest tests notebooks --nbval-lax --nbval-current-env \
+  -m "not install and not site and not long" \
   -n auto --dist loadfile --durations=15 "$@"

@@ -133,6 +133,7 @@ def compiled_and_eager(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("variant", ["native", "transformers_v5", "nki_moe"])
 def test_compiled_losses_equal_eager_one_rank(compiled_and_eager, variant):
     eager, compiled = compiled_and_eager[variant]
@@ -142,6 +143,7 @@ def test_compiled_losses_equal_eager_one_rank(compiled_and_eager, variant):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_compiled_losses_equal_eager_two_ranks_fsdp(tmp_path):
     """2 ranks, FSDP over gloo: the compiled blocks inside FSDP's all-gathers."""
     from qwen3_trn_helpers import run
@@ -154,6 +156,7 @@ def test_compiled_losses_equal_eager_two_ranks_fsdp(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_torchtitans_own_entry_point_with_compile_enable(tmp_path):
     """The command of the bug report, through torchtitan's entry point (2 steps)."""
     cmd = [sys.executable, "-m", "torchtitan.train", "--module", "qwen3_trn_helpers",
@@ -170,6 +173,7 @@ def test_torchtitans_own_entry_point_with_compile_enable(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_compiled_run_leaves_dynamo_settings_as_it_found_them(compiled_and_eager):
     """torchtitan sets capture_scalar_outputs process-wide; our trainer puts it back."""
     import torch._dynamo.config as dynamo_config
@@ -219,6 +223,7 @@ def test_blockwise_bf16_keeps_its_blocks_eager_with_a_note(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_blockwise_bf16_compiled_blocks_still_give_nan(tmp_path, monkeypatch):
     """Still needed? Compiling the blockwise blocks in bf16 gives a NaN at step 1 (this
     test fails once it does not, and the eager fallback above can go)."""

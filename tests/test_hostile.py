@@ -481,6 +481,7 @@ def _processes_naming(text: str) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_killed_launcher_takes_its_ranks_with_it(tmp_path):
     """kill -9 of `train --nproc 2`: torchrun and both ranks used to train on (parent 1),
     `--overwrite` was accepted meanwhile, and the orphans wrote checkpoints into the new
@@ -642,6 +643,7 @@ dist.destroy_process_group()
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_nodes_started_with_other_settings_stop_naming_the_setting(tmp_path):
     """Node B with --seq-len 64 against node A's default trained silently (tokens_seen
     disagreed with run.json). The check the ranks already make for library versions now
@@ -710,6 +712,7 @@ def test_a_resume_over_a_cut_metrics_file_says_so(tmp_path, checkpointed, capsys
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_an_endpoint_answered_by_another_service_ends_in_one_line(tmp_path, capsys):
     """An HTTP server on the rendezvous port: the launch hung over 150 s after torchrun
     had failed (our own count of joined nodes blocked on the HTTP server) and left

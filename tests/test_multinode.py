@@ -138,7 +138,7 @@ def test_two_agents_one_folder_same_losses_as_one_node(tmp_path, one_node):
     outputs = [agent.communicate(timeout=300)[0] for agent in agents]
     assert [agent.returncode for agent in agents] == [0, 0], outputs
     assert losses(out) == pytest.approx(losses(one_node), abs=1e-5)
-    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == list(range(1, STEPS + 1))
     info = json.loads((out / "run.json").read_text())
     assert info["status"] == "completed"
     assert (info["resolved"]["ranks"], info["resolved"]["nodes"]) == (2, 2)
@@ -270,6 +270,7 @@ def a_rank_of(out: Path) -> int | None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.xfail(
     reason="open: after the SIGKILL, torchrun's restarted gloo ranks on 2 nodes fail to "
     "connect (Gloo connectFullMesh ... Connection refused) and use up --max-restarts in 2 "

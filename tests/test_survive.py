@@ -35,6 +35,7 @@ def test_resume_auto_and_max_restarts_are_checked():
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_sigterm_saves_the_step_and_resume_auto_goes_on(tmp_path, ten_step_random):
     """SIGTERM at step 3 of a run saving every 100 steps: step 3's checkpoint is saved
     and the run ends terminated; the same call again resumes there and ends with the

@@ -22,7 +22,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from ..errors import TrainingError
+from ..errors import ConfigError, TrainingError
 from ..training.metrics_file import keep_steps_before, read_metrics
 from ..training.plan import Plan
 from ..training.spec import RESUME_AUTO, RunSpec
@@ -61,7 +61,7 @@ def torchrun_command(plan: Plan, python: str | None = None, **rank_fields: str) 
     this launch settled, the published weights' folder).
     """
     spec = plan.spec
-    if plan.nnodes > 1:  # (planning refused a job without its endpoint)
+    if plan.nnodes > 1:  # (run_with_torchrun refuses a job without its endpoint)
         where = [
             f"--nnodes={plan.nnodes}",
             "--rdzv-backend=c10d",
@@ -127,6 +127,11 @@ def run_with_torchrun(
     spec = plan.spec
     multinode = plan.nnodes > 1
     if multinode:
+        if spec.rdzv_endpoint is None:
+            raise ConfigError(
+                f"a job on {plan.nnodes} nodes needs --rdzv-endpoint HOST:PORT, the same on "
+                "every node: an address of one of them (the first) that the others reach"
+            )
         check_endpoint_reachable_by_all(spec.rdzv_endpoint)
     # a student's share of a trn2 shared by a class: the cores the ranks confine to
     cores = with_class_slice(spec).neuron_cores if plan.device_type == "neuron" else None

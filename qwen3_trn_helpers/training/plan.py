@@ -437,12 +437,6 @@ def plan_run(
         raise ConfigError(
             f"a {nproc * nnodes}-rank run needs --out: every rank must write to one folder"
         )
-    # (a job file adds its own endpoint; torchrun's ranks have met already)
-    if here and not launched and nnodes > 1 and spec.rdzv_endpoint is None:
-        raise ConfigError(
-            f"a job on {nnodes} nodes needs --rdzv-endpoint HOST:PORT, the same on every "
-            "node: an address of one of them (the first) that the others reach"
-        )
     if spec.neuron_cores is not None:
         if device != "neuron":
             raise ConfigError(
