@@ -199,6 +199,8 @@ def _wheel_key(filename: str) -> tuple[str, str]:
 
 
 def sha256_of(path: Path) -> str:
+    # (assets.sha256_of's twin: setup.sh runs this module before the package is installed,
+    # so it imports only the standard library and cannot reach assets.py)
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
