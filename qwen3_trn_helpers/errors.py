@@ -107,3 +107,11 @@ def terminate_on_sigterm() -> Iterator[None]:
         if previous_int is not None:
             signal.signal(signal.SIGINT, previous_int)
         _received.clear()
+
+
+#: what a rank, or the launch on a node, says when another node of its job went away
+PEER_LOST = (
+    "another rank of the job stopped or became unreachable (a node stopped, failed or "
+    "lost its network); metrics.jsonl holds every completed step: --resume from the "
+    "last checkpoint once every node runs again"
+)

@@ -22,7 +22,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from ..errors import ConfigError, TrainingError
+from ..errors import PEER_LOST, ConfigError, TrainingError
 from ..training.metrics_file import keep_steps_before, read_metrics
 from ..training.plan import Plan
 from ..training.spec import RESUME_AUTO, RunSpec
@@ -200,7 +200,10 @@ def _launch_in(
             if not met and late and proc.poll() is None:
                 stop_process_group(proc, grace_s=3)  # it may sit in C++, deaf to SIGTERM
                 raise TrainingError(rendezvous_failed(spec, watch.joined))
-        metrics = out / "metrics.jsonl"
+        report_steps_written(out / "metrics.jsonl")
+
+    def report_steps_written(metrics: Path) -> None:
+        nonlocal last_step
         if metrics.exists():
             for record in read_metrics(metrics):
                 if record["step"] > last_step:
@@ -217,6 +220,7 @@ def _launch_in(
             # on SIGTERM the ranks save a checkpoint first (training/stopping.py)
             grace_s=STOP_GRACE_S if spec.checkpoint_interval else 30,
         )  # fmt: skip
+        report_steps_written(out / "metrics.jsonl")  # steps written since the last look
     finally:
         close_bar()
         if watch is not None:
@@ -226,13 +230,18 @@ def _launch_in(
         raise TrainingError(f"{plan.world_size}-rank run passed {timeout:.0f} s; stopped")
     if not result.ok:
         text = result.output
-        never_met = last_step == resumed_from  # (afterwards: a node left mid-run)
+        # (afterwards: a node left mid-run; ranks that started mean the nodes met)
+        never_met = last_step == resumed_from and not met
         if multinode and never_met and "RendezvousTimeoutError" in text:
             # a join that timed out had reached the rendezvous: this node at least came
             # (the count read every second may have missed it on a busy machine)
             raise TrainingError(missing_nodes_message(spec, max(joined or 0, 1)))
         if multinode and never_met and "RendezvousConnectionError" in text:
             raise TrainingError(rendezvous_failed(spec, joined))
+        if multinode and not never_met and "RendezvousConnectionError" in text:
+            # the node that held the rendezvous store went away mid-run: this node's
+            # torchrun loses the store before its rank notices the lost peer
+            raise TrainingError(f"after step {last_step}: {PEER_LOST}")
         result.check(f"{plan.world_size}-rank run")
     if not (out / "run.json").exists():  # rank 0 ran on another node, without shared storage
         return RunResult(out=out, spec=spec, status="completed", writer=False)

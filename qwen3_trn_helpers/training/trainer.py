@@ -41,7 +41,7 @@ from torchtitan.experiments.transformers_modeling_backend.configs import (
 from torchtitan.experiments.transformers_modeling_backend.trainer import HFTransformerTrainer
 from torchtitan.trainer import Trainer
 
-from ..errors import ConfigError, NonFiniteLoss, TrainingError
+from ..errors import PEER_LOST, ConfigError, NonFiniteLoss, TrainingError
 from ..model.variants import BlockwiseMoE, TorchtitanQwen3, TransformersV5, Variant
 from . import patches
 from .compile import keep_dynamo_settings, keep_known_failures_eager, use_package_caches
@@ -148,10 +148,7 @@ class _RunScope:
         except RuntimeError as e:
             if lost_peer(e):
                 raise TrainingError(
-                    f"step {self.step}: another rank of the job stopped or became "  # type: ignore[attr-defined]
-                    "unreachable (a node stopped, failed or lost its network); "
-                    "metrics.jsonl holds every completed step: --resume from the last "
-                    "checkpoint once every node runs again",
+                    f"step {self.step}: {PEER_LOST}",  # type: ignore[attr-defined]
                     step=self.step,  # type: ignore[attr-defined]
                 ) from None
             value = self._non_finite_value()
