@@ -125,6 +125,7 @@ def test_version_mismatch_names_the_node_and_both_versions():
 # --- two torchrun agents on this machine: a real multi-node rendezvous -------------------
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_two_agents_one_folder_same_losses_as_one_node(tmp_path, one_node):
     out = tmp_path / "shared"  # both "nodes" get the same --out, as on shared storage
@@ -148,6 +149,7 @@ def test_two_agents_one_folder_same_losses_as_one_node(tmp_path, one_node):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_sigterm_to_one_node_ends_the_whole_job(tmp_path):
     """scancel, `timeout` or Kubernetes stopping one node: every process of both nodes
     ends, the other node says a rank went away, metrics.jsonl stays valid."""
@@ -187,6 +189,7 @@ def test_a_lost_peer_is_recognised():
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_node_that_never_joins_is_named(tmp_path):
     endpoint = f"127.0.0.1:{free_port()}"
     proc = subprocess.run(
@@ -202,6 +205,7 @@ def test_a_node_that_never_joins_is_named(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_resume_on_another_rank_count(tmp_path):
     """Saved by 2 ranks, resumed by 1 (a node lost): model and optimizer reshard."""
     out = str(tmp_path / "run")

@@ -276,6 +276,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.long
 @pytest.mark.slow  # two gloo ranks in child processes
 def test_force_sum_reduction_for_gloo_is_still_needed(tmp_path):
     """Two gloo ranks: torchtitan's FSDP setup fails without the switch, and is exact with it.

@@ -193,6 +193,7 @@ def test_plan_verify_agrees_with_the_estimate(capsys):
     assert check["relative_error"] <= check["tolerance"] and check["agrees"]
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_plan_measure_times_two_candidates_on_this_cpu(capsys):
     """The --measure mechanism at tiny scale: two candidates trained, ranked as measured."""

@@ -82,6 +82,7 @@ def test_resume_reproduces_the_uninterrupted_curve(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_launched_resume_reports_each_retrained_step_once(tmp_path):
     """2 ranks: the parent follows metrics.jsonl; the interrupted run's later lines
     (steps after the checkpoint) must not reach the progress bar or on_step."""
@@ -178,6 +179,7 @@ def _processes_mentioning(text: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("sig", "status", "code"),
     [(signal.SIGTERM, "terminated", 143), (signal.SIGINT, "interrupted", 130)],

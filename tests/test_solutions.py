@@ -35,6 +35,7 @@ def test_s01_device_registration():
     assert 0.01 < err < 0.3  # bf16: 8 mantissa bits of entries ~8
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_s02_three_variants(tmp_path, tiny_hf_checkpoint):
     s02 = load("s02_three_variants")
@@ -83,6 +84,7 @@ def test_s05_several_nodes():
     assert nodes["total GiB"] == pytest.approx(nodes["one node GiB"])  # same per rank
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_answer_key_is_what_the_solutions_compute(tmp_path, ten_step_random):
     """The instructor's key (notebooks/README.md) is rendered from the solutions' own
