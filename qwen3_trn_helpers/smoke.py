@@ -6,7 +6,9 @@ Each rung checks one layer of the stack, in the order things break on a new mach
    (torchtitan imports it unconditionally), nki-library's MoE kernels importable;
 2. ``registration``: PrivateUse1 is named ``neuron``, the device count at the
    configured LNC, ``torch.accelerator``, the process-group backend, torchtitan's device;
-3. ``collectives``: 2 ranks, an all_reduce and one FSDP2 step on the device;
+3. ``collectives``: 2 ranks, an all_reduce and one FSDP2 step on the device (with
+   ``--nnodes N --rdzv-endpoint HOST:PORT``, run on every node: one rank per node, the
+   fabric between the nodes, and only this rung);
 4. ``nki_moe_kernel``: the NKI MoE op against its PyTorch reference, forward and
    gradients, at Qwen3-30B-A3B's expert width with 4 experts and with all 128 of its
    experts (the count the 30b-a3b preset trains with, which no CPU test can reach);
@@ -37,9 +39,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .training.spec import RunSpec
 
 SKIP = 77  # exit status of a rung that does not apply here (as automake's tests)
 
@@ -286,14 +293,22 @@ def _python() -> list[str]:
     return [sys.executable, "-m", "qwen3_trn_helpers.smoke"]
 
 
-def _command(rung: Rung, out: Path) -> list[str]:
-    """The child process of a rung: this module, or qwen3-trn train (torchrun inside)."""
+def _command(rung: Rung, out: Path, across: RunSpec | None = None) -> list[str]:
+    """The child process of a rung: this module, or qwen3-trn train (torchrun inside).
+    ``across``: the nodes the collectives rung spans (one rank on each), or one node."""
     if rung.train:
         return [sys.executable, "-m", "qwen3_trn_helpers", "train", *rung.train,
                 "--out", str(out / rung.name), "--overwrite", "--no-progress"]  # fmt: skip
     if rung.name == "collectives":
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node=2", *_share(2), "-m", "qwen3_trn_helpers.smoke",
+        if across is None:
+            where, nproc = ["--standalone"], 2
+        else:  # torchrun's c10d rendezvous, as a job's training launch meets
+            where = [f"--nnodes={across.nnodes}", "--rdzv-backend=c10d",
+                     f"--rdzv-endpoint={across.rdzv_endpoint}",
+                     f"--rdzv-conf=join_timeout={across.rdzv_timeout}"]  # fmt: skip
+            nproc = 1
+        return [sys.executable, "-m", "torch.distributed.run", *where,
+                f"--nproc-per-node={nproc}", *_share(nproc), "-m", "qwen3_trn_helpers.smoke",
                 rung.name]  # fmt: skip
     return [*_python(), rung.name]
 
@@ -306,12 +321,31 @@ def _share(nproc: int) -> list[str]:
 
 
 def run_ladder(
-    out: str | Path = "smoke", *, full: bool = True, only: list[str] | None = None, echo=True
+    out: str | Path = "smoke",
+    *,
+    full: bool = True,
+    only: list[str] | None = None,
+    echo=True,
+    across: RunSpec | None = None,
 ) -> Ladder:
-    """Climb every rung (or those named in ``only``); write ``out/smoke.json``."""
+    """Climb every rung (or those named in ``only``); write ``out/smoke.json``.
+
+    ``across``: a spec with ``nnodes`` > 1 and its ``rdzv_endpoint``: this node is one of
+    several climbing at once, before a job trains on them. Only the collectives rung
+    runs, one rank per node through the job's own kind of rendezvous, so each node says
+    whether the fabric between them carries an all_reduce, an all_gather and an FSDP2
+    step; its files go to ``out/HOST-PID`` (nodes may share ``out``).
+    """
     out = Path(out)
+    if across is not None and across.nnodes > 1:
+        only = _across_nodes(across, only)
+        out = out / f"{socket.gethostname()}-{os.getpid()}"
+    else:
+        across = None
     out.mkdir(parents=True, exist_ok=True)
     rungs = _rungs(full_size=full)
+    if across is not None:
+        rungs = [replace(r, fix=ACROSS_FIX) if r.name == "collectives" else r for r in rungs]
     if only:
         unknown = sorted(set(only) - {r.name for r in rungs})
         if unknown:
@@ -333,7 +367,7 @@ def run_ladder(
             rung.train = (*rung.train, *extra)
             _climb(rung, out, on_neuron, online=online)
         else:
-            _climb(rung, out, on_neuron)
+            _climb(rung, out, on_neuron, across=across)
         if echo:
             line = f"{rung.status:<5} {rung.name:<28} {rung.seconds:6.1f}s  {rung.reason}"
             print(line + (f"\n      fix: {rung.fix}" if rung.status == "fail" else ""), flush=True)
@@ -343,7 +377,41 @@ def run_ladder(
     return ladder
 
 
-def _climb(rung: Rung, out: Path, on_neuron: bool, online: bool = False) -> None:
+#: the collectives rung's fix on several nodes: what stands between them, not the cores
+ACROSS_FIX = (
+    "start the same `qwen3-trn smoke --nnodes N --rdzv-endpoint HOST:PORT` on every node; "
+    "let the nodes reach each other on every port (on EFA: a security group that allows "
+    "all traffic from itself); then check neuron-ls for processes holding NeuronCores"
+)
+
+
+def _across_nodes(across: RunSpec, only: list[str] | None) -> list[str]:
+    """The rungs a node of several climbs (the collectives), once the endpoint is fit."""
+    from .errors import ConfigError
+    from .runs.rendezvous import check_endpoint_reachable_by_all
+
+    if across.rdzv_endpoint is None:
+        raise ConfigError(
+            f"smoke on {across.nnodes} nodes needs --rdzv-endpoint HOST:PORT, the same on "
+            "every node: an address of one of them (the first) that the others reach"
+        )
+    across.validate()
+    check_endpoint_reachable_by_all(across.rdzv_endpoint)
+    if only and set(only) != {"collectives"}:
+        raise ConfigError(
+            "with --nnodes the ladder climbs only the collectives rung, across the nodes; "
+            "climb the other rungs on each node without --nnodes"
+        )
+    return ["collectives"]
+
+
+def _climb(
+    rung: Rung,
+    out: Path,
+    on_neuron: bool,
+    online: bool = False,
+    across: RunSpec | None = None,
+) -> None:
     from .runs.child import run_child
     from .runs.neuron_cores import neuron_rank_environment, one_process_share_environment
 
@@ -358,10 +426,11 @@ def _climb(rung: Rung, out: Path, on_neuron: bool, online: bool = False) -> None
             env = one_process_share_environment(env)
     # a timeout, Ctrl-C or SIGTERM stops the rung's whole process group (torchrun's
     # workers, whatever holds NeuronCores) before the ladder goes on or stops
-    proc = run_child(_command(rung, out), log=log, env=env, timeout=rung.timeout_s)
+    timeout = rung.timeout_s + (across.rdzv_timeout if across else 0)  # (waits for the nodes)
+    proc = run_child(_command(rung, out, across), log=log, env=env, timeout=timeout)
     rung.seconds = proc.seconds
     if proc.timed_out:
-        rung.status, rung.reason = "fail", f"no answer within {rung.timeout_s:.0f} s (log: {log})"
+        rung.status, rung.reason = "fail", f"no answer within {timeout:.0f} s (log: {log})"
         return
     text = proc.output
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
@@ -378,6 +447,11 @@ def _climb(rung: Rung, out: Path, on_neuron: bool, online: bool = False) -> None
         rung.status = "skip"
         said = [ln for ln in lines if ln.startswith("skip:")]
         rung.reason = said[-1][5:].strip() if said else "does not apply here"
+    elif across is not None and "RendezvousTimeoutError" in text:
+        from .runs.torchrun import missing_nodes_message
+
+        rung.status = "fail"  # (this node came, at least)
+        rung.reason = missing_nodes_message(across, 1) + f" (log: {log})"
     else:
         rung.status = "fail"
         said = [ln for ln in lines if ln.startswith(("error:", "fail:"))] or lines[-1:]
@@ -481,7 +555,8 @@ def rung_registration() -> None:
 
 
 def rung_collectives() -> None:
-    """Under torchrun, 2 ranks: all_reduce, then one FSDP2 step of a small MLP."""
+    """Under torchrun, 2 ranks (or one per node): all_reduce, one FSDP2 step of a small
+    MLP, all_gather; the first rank of each node says so, naming its node."""
     import gc
 
     import torch
@@ -539,8 +614,12 @@ def rung_collectives() -> None:
     if not all(math.isfinite(v) and v == values[0] for v in values):
         print(f"fail: after one FSDP2 step the ranks' losses differ or are not finite: {values}")
         sys.exit(1)
-    if rank == 0:
-        print(f"ok: {world} ranks on {device_type} ({backend}): all_reduce and an FSDP2 step")
+    nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        node = os.environ.get("GROUP_RANK", "0")
+        where = f"node {node} of {nodes} ({socket.gethostname()}): " if nodes > 1 else ""
+        said = f"{world} ranks on {device_type} ({backend}): all_reduce and an FSDP2 step"
+        print(f"ok: {where}{said}")
 
 
 def _nki_vs_reference(experts: int, top_k: int, tokens: int = 256) -> tuple[float, str]:

@@ -198,6 +198,49 @@ def test_restarted_ranks_get_a_fresh_store(tmp_path, fresh):
 
 
 @pytest.mark.slow
+@pytest.mark.long
+def test_smoke_checks_the_collectives_between_two_nodes(tmp_path):
+    """`qwen3-trn smoke --nnodes 2 --rdzv-endpoint` on each node: one rank per node, the
+    collectives rung across them, one line per node; no other rung climbs."""
+    cmd = [sys.executable, "-m", "qwen3_trn_helpers", "smoke", "--json", "--nnodes", "2",
+           "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--out", str(tmp_path)]  # fmt: skip
+    agents = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outputs = [agent.communicate(timeout=300) for agent in agents]
+    assert [agent.returncode for agent in agents] == [0, 0], outputs
+    reasons = []
+    for (stdout, _), node in zip(outputs, sorted(tmp_path.iterdir()), strict=True):
+        ladder = json.loads(stdout)  # each node's own smoke.json, in its own folder
+        assert ladder == json.loads((node / "smoke.json").read_text())
+        [rung] = ladder["rungs"]
+        assert (rung["name"], rung["status"]) == ("collectives", "pass"), rung
+        reasons.append(rung["reason"])
+    host = os.uname().nodename
+    assert sorted(reasons) == [
+        f"node {n} of 2 ({host}): 2 ranks on cpu (gloo): all_reduce and an FSDP2 step"
+        for n in (0, 1)
+    ]
+
+
+def test_smoke_on_several_nodes_refuses_what_cannot_work(tmp_path, capsys):
+    out = ["--out", str(tmp_path / "s")]
+    assert main(["smoke", "--nnodes", "2", *out]) == 1
+    assert capsys.readouterr().err.startswith("error: smoke on 2 nodes needs --rdzv-endpoint")
+    endpoint = ["--rdzv-endpoint", "10.0.0.5:29600"]
+    assert main(["smoke", "--nnodes", "2", *endpoint, "--rung", "compile", *out]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: with --nnodes the ladder climbs only the collectives rung, across the nodes; "
+        "climb the other rungs on each node without --nnodes"
+    ]
+    assert main(["smoke", "--nnodes", "2", "--rdzv-endpoint", "host:0", *out]) == 1
+    assert "HOST:PORT" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()  # refused before anything starts
+
+
+@pytest.mark.slow
 def test_sigterm_to_one_node_ends_the_whole_job(tmp_path):
     """scancel, `timeout` or Kubernetes stopping one node: every process of both nodes
     ends, the other node says a rank went away, metrics.jsonl stays valid."""
@@ -400,8 +443,12 @@ def test_slurm_job_survives_requeue_and_a_killed_rank(tmp_path, one_node):
     # data order restarted, a step trained twice) moves a loss by more than 1e-2.
     assert losses(out) == pytest.approx(losses(one_node), abs=5e-4)
     assert "rendezvous: 127.0.0.1:" in text  # the head node's NodeAddr, resolved
-    # each attempt checked the fabric between the nodes before training
-    assert text.count("ok: 2 ranks on cpu (gloo): all_reduce and an FSDP2 step") >= 2
+    # each attempt checked the fabric between the nodes before training, each node said so
+    for node in (0, 1):
+        said = re.findall(
+            rf"pass +collectives +[\d.]+s  node {node} of 2 \(.*\): 2 ranks on cpu", text
+        )
+        assert len(said) == 2, text
 
 
 # --- the job files ------------------------------------------------------------------------
@@ -429,9 +476,11 @@ def test_slurm_script_for_trn2(tmp_path):
     assert "--nnodes 4" in srun and "--nproc 64" in srun
     assert "--resume auto --max-restarts 3" in srun and "--checkpoint-interval 100" in srun
     assert '--rdzv-endpoint "$head_ip:$port" &' in srun
-    # the fabric between the nodes is checked first (the smoke collectives rung)
-    fabric = text.index("-m qwen3_trn_helpers.smoke collectives")
-    assert fabric < text.index("-m qwen3_trn_helpers train") and "--nnodes=4" in text
+    # the fabric between the nodes is checked first (smoke's collectives rung across them)
+    fabric = text[
+        text.index("-m qwen3_trn_helpers smoke") : text.index("-m qwen3_trn_helpers train")
+    ]
+    assert "--nnodes 4 --rdzv-timeout 600" in fabric and '"$head_ip:$(( port + 2 ))"' in fabric
     cpu = slurm_script(spec.replace(device="cpu", checkpoint_interval=5), on_trn2=False)
     assert "FI_PROVIDER" not in cpu and "--exclusive" not in cpu
     assert "--checkpoint-interval 5 " in cpu
