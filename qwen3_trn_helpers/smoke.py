@@ -156,6 +156,30 @@ def training_memory(run_dir: Path) -> dict | None:
     }
 
 
+#: the Neuron driver's sysfs tree: per NeuronCore, device memory by category, each a
+#: folder with its ``present`` and ``peak`` bytes (Neuron sysfs user guide; the
+#: categories are the device-memory page's: tensors, constants, model code, scratchpads,
+#: DMA rings, collectives, runtime). Not read on a trn2 here: untested
+NEURON_SYSFS = Path("/sys/devices/virtual/neuron_device")
+
+
+def device_memory_peaks(root: Path = NEURON_SYSFS) -> dict[str, float] | None:
+    """Each category's peak device memory in GiB, the largest on any NeuronCore, since
+    the driver's counters were last reset (at its load, or by writing 0 to ``peak``);
+    None where the driver shows no such counters (not a trn2, or a driver whose sysfs
+    tree moved them). The 64-rank rung records it beside the plan's estimate, whose
+    categories are the model's (parameters, optimizer, activations), not the runtime's."""
+    peaks: dict[str, int] = {}
+    for folder in root.glob("neuron*/neuron_core*/stats/memory_usage/device_mem"):
+        for category in folder.iterdir():
+            try:
+                value = int((category / "peak").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+            peaks[category.name] = max(peaks.get(category.name, 0), value)
+    return {name: round(b / 2**30, 3) for name, b in sorted(peaks.items())} or None
+
+
 def full_size_flags(
     online: bool, checkpoint_cached: bool
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -366,6 +390,8 @@ def run_ladder(
             extra, rung.notes = full_size_flags(online, _checkpoint_cached(PRESETS["4b"].hub_id))
             rung.train = (*rung.train, *extra)
             _climb(rung, out, on_neuron, online=online)
+            if rung.memory is not None:  # what the device itself held, by category
+                rung.memory["device_peak_gib_by_category"] = device_memory_peaks()
         else:
             _climb(rung, out, on_neuron, across=across)
         if echo:
