@@ -94,7 +94,7 @@ def torchrun_command(plan: Plan, python: str | None = None, **rank_fields: str) 
 #: ends it earlier if shorter; torchrun gives its workers 30 s)
 STOP_GRACE_S = 120
 
-#: torchrun (torch >= 2.4) keeps one TCPStore server for a job's every rendezvous round
+#: torchrun (torch 2.14's c10d rendezvous) keeps one TCPStore server for every restart round
 #: and its ranks use it unprefixed, so ranks a restart starts find the keys the process
 #: groups of the round before left there: a restarted gloo rank reads a dead rank's
 #: address and fails ("Gloo connectFullMesh ... Connection refused"), unless its peer
