@@ -167,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-full-size", action="store_true", help="skip the 64-rank Qwen3-4B rung (minutes)"
     )
     smoke.add_argument("--rung", action="append", help="climb only this rung (repeatable)")
+    # on several nodes (the same command on each): the collectives rung across them
+    add_spec_arguments(smoke, ("nnodes", "rdzv_endpoint", "rdzv_timeout"))
 
     slurm = sub.add_parser(
         "slurm",
@@ -462,7 +464,10 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     from .smoke import run_ladder
     from .training.metrics_file import strict_json
 
-    ladder = run_ladder(args.out, full=not args.no_full_size, only=args.rung, echo=not args.json)
+    across = spec_from_args(args) if args.nnodes > 1 else None  # (its fields: the nodes')
+    ladder = run_ladder(
+        args.out, full=not args.no_full_size, only=args.rung, echo=not args.json, across=across
+    )
     if args.json:
         print(strict_json(ladder.to_json(), indent=2))
     return 0 if ladder.passed else EXIT_FAILED

@@ -6,7 +6,9 @@ Each rung checks one layer of the stack, in the order things break on a new mach
    (torchtitan imports it unconditionally), nki-library's MoE kernels importable;
 2. ``registration``: PrivateUse1 is named ``neuron``, the device count at the
    configured LNC, ``torch.accelerator``, the process-group backend, torchtitan's device;
-3. ``collectives``: 2 ranks, an all_reduce and one FSDP2 step on the device;
+3. ``collectives``: 2 ranks, an all_reduce and one FSDP2 step on the device (with
+   ``--nnodes N --rdzv-endpoint HOST:PORT``, run on every node: one rank per node, the
+   fabric between the nodes, and only this rung);
 4. ``nki_moe_kernel``: the NKI MoE op against its PyTorch reference, forward and
    gradients, at Qwen3-30B-A3B's expert width with 4 experts and with all 128 of its
    experts (the count the 30b-a3b preset trains with, which no CPU test can reach);
@@ -37,9 +39,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .training.spec import RunSpec
 
 SKIP = 77  # exit status of a rung that does not apply here (as automake's tests)
 
@@ -147,6 +154,30 @@ def training_memory(run_dir: Path) -> dict | None:
         "measured_peak_gib_per_step": [r.get("memory_gib") for r in records],
         "estimated_gib": plan.memory().row(),
     }
+
+
+#: the Neuron driver's sysfs tree: per NeuronCore, device memory by category, each a
+#: folder with its ``present`` and ``peak`` bytes (Neuron sysfs user guide; the
+#: categories are the device-memory page's: tensors, constants, model code, scratchpads,
+#: DMA rings, collectives, runtime). Not read on a trn2 here: untested
+NEURON_SYSFS = Path("/sys/devices/virtual/neuron_device")
+
+
+def device_memory_peaks(root: Path = NEURON_SYSFS) -> dict[str, float] | None:
+    """Each category's peak device memory in GiB, the largest on any NeuronCore, since
+    the driver's counters were last reset (at its load, or by writing 0 to ``peak``);
+    None where the driver shows no such counters (not a trn2, or a driver whose sysfs
+    tree moved them). The 64-rank rung records it beside the plan's estimate, whose
+    categories are the model's (parameters, optimizer, activations), not the runtime's."""
+    peaks: dict[str, int] = {}
+    for folder in root.glob("neuron*/neuron_core*/stats/memory_usage/device_mem"):
+        for category in folder.iterdir():
+            try:
+                value = int((category / "peak").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+            peaks[category.name] = max(peaks.get(category.name, 0), value)
+    return {name: round(b / 2**30, 3) for name, b in sorted(peaks.items())} or None
 
 
 def full_size_flags(
@@ -286,14 +317,22 @@ def _python() -> list[str]:
     return [sys.executable, "-m", "qwen3_trn_helpers.smoke"]
 
 
-def _command(rung: Rung, out: Path) -> list[str]:
-    """The child process of a rung: this module, or qwen3-trn train (torchrun inside)."""
+def _command(rung: Rung, out: Path, across: RunSpec | None = None) -> list[str]:
+    """The child process of a rung: this module, or qwen3-trn train (torchrun inside).
+    ``across``: the nodes the collectives rung spans (one rank on each), or one node."""
     if rung.train:
         return [sys.executable, "-m", "qwen3_trn_helpers", "train", *rung.train,
                 "--out", str(out / rung.name), "--overwrite", "--no-progress"]  # fmt: skip
     if rung.name == "collectives":
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node=2", *_share(2), "-m", "qwen3_trn_helpers.smoke",
+        if across is None:
+            where, nproc = ["--standalone"], 2
+        else:  # torchrun's c10d rendezvous, as a job's training launch meets
+            where = [f"--nnodes={across.nnodes}", "--rdzv-backend=c10d",
+                     f"--rdzv-endpoint={across.rdzv_endpoint}",
+                     f"--rdzv-conf=join_timeout={across.rdzv_timeout}"]  # fmt: skip
+            nproc = 1
+        return [sys.executable, "-m", "torch.distributed.run", *where,
+                f"--nproc-per-node={nproc}", *_share(nproc), "-m", "qwen3_trn_helpers.smoke",
                 rung.name]  # fmt: skip
     return [*_python(), rung.name]
 
@@ -306,12 +345,31 @@ def _share(nproc: int) -> list[str]:
 
 
 def run_ladder(
-    out: str | Path = "smoke", *, full: bool = True, only: list[str] | None = None, echo=True
+    out: str | Path = "smoke",
+    *,
+    full: bool = True,
+    only: list[str] | None = None,
+    echo=True,
+    across: RunSpec | None = None,
 ) -> Ladder:
-    """Climb every rung (or those named in ``only``); write ``out/smoke.json``."""
+    """Climb every rung (or those named in ``only``); write ``out/smoke.json``.
+
+    ``across``: a spec with ``nnodes`` > 1 and its ``rdzv_endpoint``: this node is one of
+    several climbing at once, before a job trains on them. Only the collectives rung
+    runs, one rank per node through the job's own kind of rendezvous, so each node says
+    whether the fabric between them carries an all_reduce, an all_gather and an FSDP2
+    step; its files go to ``out/HOST-PID`` (nodes may share ``out``).
+    """
     out = Path(out)
+    if across is not None and across.nnodes > 1:
+        only = _across_nodes(across, only)
+        out = out / f"{socket.gethostname()}-{os.getpid()}"
+    else:
+        across = None
     out.mkdir(parents=True, exist_ok=True)
     rungs = _rungs(full_size=full)
+    if across is not None:
+        rungs = [replace(r, fix=ACROSS_FIX) if r.name == "collectives" else r for r in rungs]
     if only:
         unknown = sorted(set(only) - {r.name for r in rungs})
         if unknown:
@@ -332,8 +390,10 @@ def run_ladder(
             extra, rung.notes = full_size_flags(online, _checkpoint_cached(PRESETS["4b"].hub_id))
             rung.train = (*rung.train, *extra)
             _climb(rung, out, on_neuron, online=online)
+            if rung.memory is not None:  # what the device itself held, by category
+                rung.memory["device_peak_gib_by_category"] = device_memory_peaks()
         else:
-            _climb(rung, out, on_neuron)
+            _climb(rung, out, on_neuron, across=across)
         if echo:
             line = f"{rung.status:<5} {rung.name:<28} {rung.seconds:6.1f}s  {rung.reason}"
             print(line + (f"\n      fix: {rung.fix}" if rung.status == "fail" else ""), flush=True)
@@ -343,7 +403,41 @@ def run_ladder(
     return ladder
 
 
-def _climb(rung: Rung, out: Path, on_neuron: bool, online: bool = False) -> None:
+#: the collectives rung's fix on several nodes: what stands between them, not the cores
+ACROSS_FIX = (
+    "start the same `qwen3-trn smoke --nnodes N --rdzv-endpoint HOST:PORT` on every node; "
+    "let the nodes reach each other on every port (on EFA: a security group that allows "
+    "all traffic from itself); then check neuron-ls for processes holding NeuronCores"
+)
+
+
+def _across_nodes(across: RunSpec, only: list[str] | None) -> list[str]:
+    """The rungs a node of several climbs (the collectives), once the endpoint is fit."""
+    from .errors import ConfigError
+    from .runs.rendezvous import check_endpoint_reachable_by_all
+
+    if across.rdzv_endpoint is None:
+        raise ConfigError(
+            f"smoke on {across.nnodes} nodes needs --rdzv-endpoint HOST:PORT, the same on "
+            "every node: an address of one of them (the first) that the others reach"
+        )
+    across.validate()
+    check_endpoint_reachable_by_all(across.rdzv_endpoint)
+    if only and set(only) != {"collectives"}:
+        raise ConfigError(
+            "with --nnodes the ladder climbs only the collectives rung, across the nodes; "
+            "climb the other rungs on each node without --nnodes"
+        )
+    return ["collectives"]
+
+
+def _climb(
+    rung: Rung,
+    out: Path,
+    on_neuron: bool,
+    online: bool = False,
+    across: RunSpec | None = None,
+) -> None:
     from .runs.child import run_child
     from .runs.neuron_cores import neuron_rank_environment, one_process_share_environment
 
@@ -358,10 +452,11 @@ def _climb(rung: Rung, out: Path, on_neuron: bool, online: bool = False) -> None
             env = one_process_share_environment(env)
     # a timeout, Ctrl-C or SIGTERM stops the rung's whole process group (torchrun's
     # workers, whatever holds NeuronCores) before the ladder goes on or stops
-    proc = run_child(_command(rung, out), log=log, env=env, timeout=rung.timeout_s)
+    timeout = rung.timeout_s + (across.rdzv_timeout if across else 0)  # (waits for the nodes)
+    proc = run_child(_command(rung, out, across), log=log, env=env, timeout=timeout)
     rung.seconds = proc.seconds
     if proc.timed_out:
-        rung.status, rung.reason = "fail", f"no answer within {rung.timeout_s:.0f} s (log: {log})"
+        rung.status, rung.reason = "fail", f"no answer within {timeout:.0f} s (log: {log})"
         return
     text = proc.output
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
@@ -378,6 +473,11 @@ def _climb(rung: Rung, out: Path, on_neuron: bool, online: bool = False) -> None
         rung.status = "skip"
         said = [ln for ln in lines if ln.startswith("skip:")]
         rung.reason = said[-1][5:].strip() if said else "does not apply here"
+    elif across is not None and "RendezvousTimeoutError" in text:
+        from .runs.torchrun import missing_nodes_message
+
+        rung.status = "fail"  # (this node came, at least)
+        rung.reason = missing_nodes_message(across, 1) + f" (log: {log})"
     else:
         rung.status = "fail"
         said = [ln for ln in lines if ln.startswith(("error:", "fail:"))] or lines[-1:]
@@ -481,7 +581,8 @@ def rung_registration() -> None:
 
 
 def rung_collectives() -> None:
-    """Under torchrun, 2 ranks: all_reduce, then one FSDP2 step of a small MLP."""
+    """Under torchrun, 2 ranks (or one per node): all_reduce, one FSDP2 step of a small
+    MLP, all_gather; the first rank of each node says so, naming its node."""
     import gc
 
     import torch
@@ -539,8 +640,12 @@ def rung_collectives() -> None:
     if not all(math.isfinite(v) and v == values[0] for v in values):
         print(f"fail: after one FSDP2 step the ranks' losses differ or are not finite: {values}")
         sys.exit(1)
-    if rank == 0:
-        print(f"ok: {world} ranks on {device_type} ({backend}): all_reduce and an FSDP2 step")
+    nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        node = os.environ.get("GROUP_RANK", "0")
+        where = f"node {node} of {nodes} ({socket.gethostname()}): " if nodes > 1 else ""
+        said = f"{world} ranks on {device_type} ({backend}): all_reduce and an FSDP2 step"
+        print(f"ok: {where}{said}")
 
 
 def _nki_vs_reference(experts: int, top_k: int, tokens: int = 256) -> tuple[float, str]:

@@ -209,15 +209,18 @@ def test_launch_commands_for_trn2():
     torchrun = trn2_torchrun_command("nki_moe")
     assert "python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=64" in torchrun
     assert "--nproc " not in torchrun  # torchrun would take it for its --nproc-per-node
-    from qwen3_trn_helpers.runs.torchrun import rank_environment
+    from qwen3_trn_helpers.runs.torchrun import FRESH_STORE_EACH_ROUND, rank_environment
 
     env = rank_environment(plan_run(RunSpec(nproc=64, out="x"), device_type="neuron"))
     assert env["NEURON_LOGICAL_NC_CONFIG"] in ("1", "2")
     # torch-neuronx gives each rank its core (NEURON_RT_VISIBLE_CORES = LOCAL_RANK) when
     # it builds the process group; setting it here would break torchtitan's device index
     added = set(env) - set(os.environ)
-    # (and the compiled-graph cache, one folder for every launch: training/compile.py)
-    assert added <= {"NEURON_LOGICAL_NC_CONFIG", "TORCH_NEURONX_NEFF_CACHE_DIR"}
+    # (and the compiled-graph cache, one folder for every launch: training/compile.py;
+    # torchrun's store a fresh one each restart round: runs/torchrun.py)
+    neuron = {"NEURON_LOGICAL_NC_CONFIG", "TORCH_NEURONX_NEFF_CACHE_DIR"}
+    assert added - set(FRESH_STORE_EACH_ROUND) <= neuron
+    assert env.items() >= FRESH_STORE_EACH_ROUND.items()
 
 
 def test_ranks_never_inherit_visible_cores(monkeypatch, capsys):

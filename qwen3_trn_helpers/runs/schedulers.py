@@ -230,11 +230,12 @@ def slurm_script(
     lines += [
         "",
         "# the fabric between the nodes first: one rank per node, an all_reduce and one",
-        "# FSDP step across them (the smoke ladder's collectives rung); a node that cannot",
-        "# reach the others fails here in seconds, not after the model is built",
-        'srun --ntasks-per-node=1 --kill-on-bad-exit=1 "$python" -m torch.distributed.run \\',
-        f"  --nnodes={spec.nnodes} --nproc-per-node=1 --rdzv-backend=c10d \\",
-        '  --rdzv-endpoint="$head_ip:$(( port + 2 ))" -m qwen3_trn_helpers.smoke collectives',
+        "# FSDP step across them (the smoke ladder's collectives rung, one line per node;",
+        "# its logs beside this job's); a node that cannot reach the others fails here in",
+        "# seconds, not after the model is built",
+        'srun --ntasks-per-node=1 --kill-on-bad-exit=1 "$python" -m qwen3_trn_helpers smoke \\',
+        f"  --nnodes {spec.nnodes} --rdzv-timeout {spec.rdzv_timeout} \\",
+        '  --rdzv-endpoint "$head_ip:$(( port + 2 ))" --out "qwen3-trn-$SLURM_JOB_ID-fabric"',
     ]
     cmd = ["-m", "qwen3_trn_helpers", "train", *_train_args(spec, leave_out=("out",))]
     lines += [

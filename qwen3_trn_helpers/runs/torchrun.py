@@ -94,17 +94,26 @@ def torchrun_command(plan: Plan, python: str | None = None, **rank_fields: str) 
 #: ends it earlier if shorter; torchrun gives its workers 30 s)
 STOP_GRACE_S = 120
 
+#: torchrun (torch 2.14's c10d rendezvous) keeps one TCPStore server for every restart round
+#: and its ranks use it unprefixed, so ranks a restart starts find the keys the process
+#: groups of the round before left there: a restarted gloo rank reads a dead rank's
+#: address and fails ("Gloo connectFullMesh ... Connection refused"), unless its peer
+#: happened to write its new one first. torch's own opt-out of that sharing makes rank 0
+#: start a new store, on a new port, each round (tests/test_multinode.py: still needed).
+FRESH_STORE_EACH_ROUND = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
 shell_command = shlex.join  # the command as one line a shell runs as it is
 
 
 def rank_environment(plan: Plan, neuron_cores: str | None = None) -> dict[str, str]:
-    """The environment every rank gets: this one, plus what the device needs.
+    """The environment torchrun and every rank get: this one, a fresh store each
+    restart round (:data:`FRESH_STORE_EACH_ROUND`), plus what the device needs.
 
     CPU ranks share the machine's cores: without a limit each would start a full
     thread pool. On trn2, see :func:`neuron_rank_environment` (``neuron_cores``: the
     slice the ranks confine themselves to).
     """
-    env = dict(os.environ)
+    env = {**os.environ, **FRESH_STORE_EACH_ROUND}  # (one node's restarts too)
     if plan.device_type == "cpu":
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // plan.nproc)))
     if plan.device_type == "neuron":
