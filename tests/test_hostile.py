@@ -772,3 +772,145 @@ def test_torchrun_is_watched_while_the_nodes_still_meet(tmp_path):
     finally:
         for pid in _processes_naming(marker):
             os.kill(pid, 9)
+
+
+# --- round 4: nodes started with another --nnodes -----------------------------------------------
+
+
+def test_launch_settings_are_compared_as_data(tmp_path):
+    """Each node's launch settings, as the watch reads them back from torchrun's store:
+    the first difference, with both values and the other node's host, in one line that
+    shows nothing another node wrote as terminal control characters."""
+    from qwen3_trn_helpers.runs.rendezvous import everyone_read, launch_mismatch
+
+    def entry(index, seen, host="a", **settings):
+        given = {"--nnodes": 2, "--nproc": 1, **settings}
+        return {"index": index, "seen": seen, "host": host, "pid": 7, "settings": given}
+
+    same = [entry(1, 2), entry(2, 1, host="b")]
+    assert launch_mismatch(1, same) is None and launch_mismatch(2, same) is None
+    other = [entry(1, 2), entry(2, 2, host="evil\x1b[2J\nhost", **{"--nnodes": "3\n$(x)"})]
+    line = launch_mismatch(1, other)
+    assert line.startswith("--nnodes differs between nodes: 2 here (a), ")
+    assert "on evil?[2J?host (launch pid 7)" in line and "\n" not in line and "\x1b" not in line
+    assert launch_mismatch(2, other).startswith("--nnodes differs between nodes: 3?$(x) here")
+    assert everyone_read(1, other) and not everyone_read(1, [entry(1, 2), entry(2, 1)])
+
+
+def test_launch_settings_go_through_a_real_store():
+    """Against a TCPStore as torchrun hosts it: each node gets its own number, reads
+    every entry, and records how many it has read."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from qwen3_trn_helpers.runs.rendezvous import publish_launch, read_launches
+    from qwen3_trn_helpers.training.ranks import free_port
+
+    port = free_port()
+    host = TCPStore("127.0.0.1", port, is_master=True, timeout=timedelta(seconds=5))
+    endpoint = f"127.0.0.1:{port}"
+    first = publish_launch(endpoint, '{"host": "a", "pid": 1, "settings": {"--nnodes": 3}}')
+    second = publish_launch(endpoint, '{"host": "b", "pid": 2, "settings": {"--nnodes": 2}}')
+    assert (first, second) == (1, 2)
+    host.set("qwen3-trn.launch.3", "not an entry")  # something else wrote a key: skipped
+    host.add("qwen3-trn.launch.count", 1)
+    entries = read_launches(endpoint, first)
+    assert [(e["index"], e["host"], e["seen"]) for e in entries] == [(1, "a", 3), (2, "b", 0)]
+    assert read_launches(f"127.0.0.1:{free_port()}", 1) is None  # no store: nothing read
+    del host
+
+
+@pytest.mark.slow
+@pytest.mark.long
+@pytest.mark.parametrize("other", [2, 4], ids=["forms-a-group-of-2", "never-forms"])
+def test_nodes_started_with_another_nnodes_all_stop_naming_it(tmp_path, other):
+    """`--nnodes 3` on one node against `--nnodes 2` on another: torchrun formed a group
+    of 2 and both trained as 2 nodes, silently (or, against --nnodes 4, both waited out
+    --rdzv-timeout and blamed a missing node). Now each node's launch publishes its
+    settings in torchrun's store and every node stops within a minute, naming the flag
+    and both values, with nothing left running."""
+    import socket
+    import time
+
+    from qwen3_trn_helpers.training.ranks import free_port
+
+    out = tmp_path / "run"
+    port = free_port()
+    agents = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "qwen3_trn_helpers",
+                "train",
+                "--no-progress",
+                "--nnodes",
+                str(nnodes),
+                "--rdzv-endpoint",
+                f"127.0.0.1:{port}",
+                "--rdzv-timeout",
+                "120",
+                "--steps",
+                "20",
+                "--out",
+                str(out),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for nnodes in (3, other)
+    ]
+    try:  # from the moment torchrun's store listens (torch's start alone takes a minute
+        # on 2 shared cores): before, both waited out --rdzv-timeout or trained
+        listening = None
+        deadline = time.monotonic() + 300
+        while any(agent.poll() is None for agent in agents) and time.monotonic() < deadline:
+            if listening is None:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                    listening = time.monotonic()
+                except OSError:
+                    pass
+            time.sleep(0.5)
+        took = time.monotonic() - (listening or deadline)
+        errors = [agent.communicate(timeout=10)[1] for agent in agents]
+    finally:
+        for agent in agents:
+            agent.kill()
+    assert [agent.returncode for agent in agents] == [1, 1], errors
+    lines = [err.strip().splitlines()[-1] for err in errors]
+    assert lines[0].startswith("error: --nnodes differs between nodes: 3 here "), lines
+    assert f", {other} on " in lines[0], lines
+    assert lines[1].startswith(f"error: --nnodes differs between nodes: {other} here "), lines
+    assert ", 3 on " in lines[1], lines
+    assert not any("Traceback" in err for err in errors)
+    assert took < 60, took
+    assert not _processes_naming(str(out))
+    assert not (out / "metrics.jsonl").exists() or not read_metrics(out / "metrics.jsonl")
+    print(f"both nodes stopped {took:.1f} s after torchrun's store listened")
+
+
+def test_the_rendezvous_state_torch_writes_is_read():
+    """torch 2.14's rendezvous state holds timezone-aware deadlines: the restricted
+    unpickler refused datetime.timezone, so the count of joined nodes was never read
+    (the launch said "nothing answered" with a node waiting there)."""
+    import io
+    import pickle
+    from datetime import UTC, datetime
+
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    from qwen3_trn_helpers.runs.rendezvous import _RendezvousStateOnly
+
+    state = dr._RendezvousState()
+    for n in range(2):
+        node = dr._NodeDesc(f"node{n}", 100 + n, 0)
+        state.participants[node] = n
+        state.last_heartbeats[node] = datetime.now(UTC)
+    state.deadline = datetime.now(UTC)
+    read = _RendezvousStateOnly(io.BytesIO(pickle.dumps(state))).load()
+    assert len(read.participants) == 2
+    with pytest.raises(pickle.UnpicklingError, match="system is not part of a rendezvous state"):
+        _RendezvousStateOnly(io.BytesIO(pickle.dumps(__import__("os").system))).load()
