@@ -625,6 +625,76 @@ def test_a_ctrl_c_on_any_rank_of_a_failed_save_is_a_ctrl_c():
     assert not _interrupted(CheckpointException("x", {0: write_error}))
 
 
+#: makes a step of DCP's checkpoint save slow, as a large checkpoint on a slow disk is: a
+#: rank touches ``saving.RANK`` in SLOW_SAVE_DIR as the step (SLOW_SAVE_AT: every rank's
+#: ``write_data``, or rank 0's ``finish``, which writes .metadata while the others wait
+#: in a collective) begins, waits, then does it for real (the checkpoint is DCP's own).
+#: Loaded by the ranks as sitecustomize.
+_SLOW_SAVE = """
+import os
+if os.environ.get("SLOW_SAVE_DIR") and "RANK" in os.environ:
+    import time
+    from pathlib import Path
+    from torch.distributed.checkpoint import filesystem
+
+    name = os.environ["SLOW_SAVE_AT"]
+    real = getattr(filesystem._FileSystemWriter, name)
+
+    def slow(self, *args, **kwargs):
+        (Path(os.environ["SLOW_SAVE_DIR"]) / f"saving.{os.environ['RANK']}").touch()
+        time.sleep(30)
+        return real(self, *args, **kwargs)
+
+    setattr(filesystem._FileSystemWriter, name, slow)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.long
+@pytest.mark.parametrize("at, inside", [("write_data", 2), ("finish", 1)])
+def test_ctrl_c_during_a_two_rank_save_says_interrupted(tmp_path, at, inside):
+    """Ctrl-C while both ranks of `train --nproc 2` write a checkpoint: run.json said
+    `failed` with DCP's write error (the terminal `interrupted`). Both now say
+    `interrupted`, metrics.jsonl holds complete lines, and no process of the run is left."""
+    import signal
+    import time
+
+    hooks, saving = tmp_path / "hooks", tmp_path / "saving"
+    hooks.mkdir()
+    saving.mkdir()
+    (hooks / "sitecustomize.py").write_text(_SLOW_SAVE)
+    path = os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")]))
+    out = tmp_path / "run"
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "qwen3_trn_helpers", "train", "--nproc", "2", "--steps", "6",
+         "--checkpoint-interval", "2", "--out", str(out), "--no-progress"],
+        env={**os.environ, "PYTHONPATH": path, "SLOW_SAVE_DIR": str(saving), "SLOW_SAVE_AT": at},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 400
+        while len(list(saving.glob("saving.*"))) < inside:  # the ranks inside the save
+            assert cli.poll() is None and time.monotonic() < deadline, cli.stderr.read()
+            time.sleep(0.2)
+        cli.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends the command
+        _, stderr = cli.communicate(timeout=120)
+    finally:
+        for pid in _processes_naming(str(out)):
+            os.kill(pid, signal.SIGKILL)
+    assert cli.returncode == 130, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1].startswith("interrupted:"), stderr[-3000:]
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "interrupted" and "error" not in info, info
+    records = read_metrics(out / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2], records  # the save of step 2 was cut
+    assert info["steps_completed"] == 2
+    for line in (out / "metrics.jsonl").read_text().splitlines():
+        strict_load(line)
+    assert not _processes_naming(str(out))
+    assert not (out / "checkpoint" / "step-2" / ".metadata").exists()  # never completed
+
+
 # --- round 4: one settings check across nodes ---------------------------------------------------
 
 _RANK_CHECK = """
