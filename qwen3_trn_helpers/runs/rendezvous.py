@@ -156,12 +156,15 @@ def launch_entry(settings: dict[str, int]) -> str:
 
 
 def _store(endpoint: str):
-    """A client of the TCPStore at ``endpoint`` (torchrun's: the caller made sure)."""
+    """A client of the TCPStore at ``endpoint`` (torchrun's: the caller made sure).
+    OSError when nothing listens there (a plain probe: a TCPStore client that cannot
+    connect retries, and logs pages of C++)."""
     from datetime import timedelta
 
     from torch.distributed import TCPStore
 
     host, port = split_endpoint(endpoint)
+    socket.create_connection((host, port), timeout=1).close()
     return TCPStore(host, port, is_master=False, timeout=timedelta(seconds=2),
                     wait_for_workers=False)  # fmt: skip
 
