@@ -625,6 +625,76 @@ def test_a_ctrl_c_on_any_rank_of_a_failed_save_is_a_ctrl_c():
     assert not _interrupted(CheckpointException("x", {0: write_error}))
 
 
+#: makes a step of DCP's checkpoint save slow, as a large checkpoint on a slow disk is: a
+#: rank touches ``saving.RANK`` in SLOW_SAVE_DIR as the step (SLOW_SAVE_AT: every rank's
+#: ``write_data``, or rank 0's ``finish``, which writes .metadata while the others wait
+#: in a collective) begins, waits, then does it for real (the checkpoint is DCP's own).
+#: Loaded by the ranks as sitecustomize.
+_SLOW_SAVE = """
+import os
+if os.environ.get("SLOW_SAVE_DIR") and "RANK" in os.environ:
+    import time
+    from pathlib import Path
+    from torch.distributed.checkpoint import filesystem
+
+    name = os.environ["SLOW_SAVE_AT"]
+    real = getattr(filesystem._FileSystemWriter, name)
+
+    def slow(self, *args, **kwargs):
+        (Path(os.environ["SLOW_SAVE_DIR"]) / f"saving.{os.environ['RANK']}").touch()
+        time.sleep(30)
+        return real(self, *args, **kwargs)
+
+    setattr(filesystem._FileSystemWriter, name, slow)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.long
+@pytest.mark.parametrize("at, inside", [("write_data", 2), ("finish", 1)])
+def test_ctrl_c_during_a_two_rank_save_says_interrupted(tmp_path, at, inside):
+    """Ctrl-C while both ranks of `train --nproc 2` write a checkpoint: run.json said
+    `failed` with DCP's write error (the terminal `interrupted`). Both now say
+    `interrupted`, metrics.jsonl holds complete lines, and no process of the run is left."""
+    import signal
+    import time
+
+    hooks, saving = tmp_path / "hooks", tmp_path / "saving"
+    hooks.mkdir()
+    saving.mkdir()
+    (hooks / "sitecustomize.py").write_text(_SLOW_SAVE)
+    path = os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")]))
+    out = tmp_path / "run"
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "qwen3_trn_helpers", "train", "--nproc", "2", "--steps", "6",
+         "--checkpoint-interval", "2", "--out", str(out), "--no-progress"],
+        env={**os.environ, "PYTHONPATH": path, "SLOW_SAVE_DIR": str(saving), "SLOW_SAVE_AT": at},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 400
+        while len(list(saving.glob("saving.*"))) < inside:  # the ranks inside the save
+            assert cli.poll() is None and time.monotonic() < deadline, cli.stderr.read()
+            time.sleep(0.2)
+        cli.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends the command
+        _, stderr = cli.communicate(timeout=120)
+    finally:
+        for pid in _processes_naming(str(out)):
+            os.kill(pid, signal.SIGKILL)
+    assert cli.returncode == 130, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1].startswith("interrupted:"), stderr[-3000:]
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "interrupted" and "error" not in info, info
+    records = read_metrics(out / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2], records  # the save of step 2 was cut
+    assert info["steps_completed"] == 2
+    for line in (out / "metrics.jsonl").read_text().splitlines():
+        strict_load(line)
+    assert not _processes_naming(str(out))
+    assert not (out / "checkpoint" / "step-2" / ".metadata").exists()  # never completed
+
+
 # --- round 4: one settings check across nodes ---------------------------------------------------
 
 _RANK_CHECK = """
@@ -772,3 +842,145 @@ def test_torchrun_is_watched_while_the_nodes_still_meet(tmp_path):
     finally:
         for pid in _processes_naming(marker):
             os.kill(pid, 9)
+
+
+# --- round 4: nodes started with another --nnodes -----------------------------------------------
+
+
+def test_launch_settings_are_compared_as_data(tmp_path):
+    """Each node's launch settings, as the watch reads them back from torchrun's store:
+    the first difference, with both values and the other node's host, in one line that
+    shows nothing another node wrote as terminal control characters."""
+    from qwen3_trn_helpers.runs.rendezvous import everyone_read, launch_mismatch
+
+    def entry(index, seen, host="a", **settings):
+        given = {"--nnodes": 2, "--nproc": 1, **settings}
+        return {"index": index, "seen": seen, "host": host, "pid": 7, "settings": given}
+
+    same = [entry(1, 2), entry(2, 1, host="b")]
+    assert launch_mismatch(1, same) is None and launch_mismatch(2, same) is None
+    other = [entry(1, 2), entry(2, 2, host="evil\x1b[2J\nhost", **{"--nnodes": "3\n$(x)"})]
+    line = launch_mismatch(1, other)
+    assert line.startswith("--nnodes differs between nodes: 2 here (a), ")
+    assert "on evil?[2J?host (launch pid 7)" in line and "\n" not in line and "\x1b" not in line
+    assert launch_mismatch(2, other).startswith("--nnodes differs between nodes: 3?$(x) here")
+    assert everyone_read(1, other) and not everyone_read(1, [entry(1, 2), entry(2, 1)])
+
+
+def test_launch_settings_go_through_a_real_store():
+    """Against a TCPStore as torchrun hosts it: each node gets its own number, reads
+    every entry, and records how many it has read."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from qwen3_trn_helpers.runs.rendezvous import publish_launch, read_launches
+    from qwen3_trn_helpers.training.ranks import free_port
+
+    port = free_port()
+    host = TCPStore("127.0.0.1", port, is_master=True, timeout=timedelta(seconds=5))
+    endpoint = f"127.0.0.1:{port}"
+    first = publish_launch(endpoint, '{"host": "a", "pid": 1, "settings": {"--nnodes": 3}}')
+    second = publish_launch(endpoint, '{"host": "b", "pid": 2, "settings": {"--nnodes": 2}}')
+    assert (first, second) == (1, 2)
+    host.set("qwen3-trn.launch.3", "not an entry")  # something else wrote a key: skipped
+    host.add("qwen3-trn.launch.count", 1)
+    entries = read_launches(endpoint, first)
+    assert [(e["index"], e["host"], e["seen"]) for e in entries] == [(1, "a", 3), (2, "b", 0)]
+    assert read_launches(f"127.0.0.1:{free_port()}", 1) is None  # no store: nothing read
+    del host
+
+
+@pytest.mark.slow
+@pytest.mark.long
+@pytest.mark.parametrize("other", [2, 4], ids=["forms-a-group-of-2", "never-forms"])
+def test_nodes_started_with_another_nnodes_all_stop_naming_it(tmp_path, other):
+    """`--nnodes 3` on one node against `--nnodes 2` on another: torchrun formed a group
+    of 2 and both trained as 2 nodes, silently (or, against --nnodes 4, both waited out
+    --rdzv-timeout and blamed a missing node). Now each node's launch publishes its
+    settings in torchrun's store and every node stops within a minute, naming the flag
+    and both values, with nothing left running."""
+    import socket
+    import time
+
+    from qwen3_trn_helpers.training.ranks import free_port
+
+    out = tmp_path / "run"
+    port = free_port()
+    agents = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "qwen3_trn_helpers",
+                "train",
+                "--no-progress",
+                "--nnodes",
+                str(nnodes),
+                "--rdzv-endpoint",
+                f"127.0.0.1:{port}",
+                "--rdzv-timeout",
+                "120",
+                "--steps",
+                "20",
+                "--out",
+                str(out),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for nnodes in (3, other)
+    ]
+    try:  # from the moment torchrun's store listens (torch's start alone takes a minute
+        # on 2 shared cores): before, both waited out --rdzv-timeout or trained
+        listening = None
+        deadline = time.monotonic() + 300
+        while any(agent.poll() is None for agent in agents) and time.monotonic() < deadline:
+            if listening is None:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                    listening = time.monotonic()
+                except OSError:
+                    pass
+            time.sleep(0.5)
+        took = time.monotonic() - (listening or deadline)
+        errors = [agent.communicate(timeout=10)[1] for agent in agents]
+    finally:
+        for agent in agents:
+            agent.kill()
+    assert [agent.returncode for agent in agents] == [1, 1], errors
+    lines = [err.strip().splitlines()[-1] for err in errors]
+    assert lines[0].startswith("error: --nnodes differs between nodes: 3 here "), lines
+    assert f", {other} on " in lines[0], lines
+    assert lines[1].startswith(f"error: --nnodes differs between nodes: {other} here "), lines
+    assert ", 3 on " in lines[1], lines
+    assert not any("Traceback" in err for err in errors)
+    assert took < 60, took
+    assert not _processes_naming(str(out))
+    assert not (out / "metrics.jsonl").exists() or not read_metrics(out / "metrics.jsonl")
+    print(f"both nodes stopped {took:.1f} s after torchrun's store listened")
+
+
+def test_the_rendezvous_state_torch_writes_is_read():
+    """torch 2.14's rendezvous state holds timezone-aware deadlines: the restricted
+    unpickler refused datetime.timezone, so the count of joined nodes was never read
+    (the launch said "nothing answered" with a node waiting there)."""
+    import io
+    import pickle
+    from datetime import UTC, datetime
+
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    from qwen3_trn_helpers.runs.rendezvous import _RendezvousStateOnly
+
+    state = dr._RendezvousState()
+    for n in range(2):
+        node = dr._NodeDesc(f"node{n}", 100 + n, 0)
+        state.participants[node] = n
+        state.last_heartbeats[node] = datetime.now(UTC)
+    state.deadline = datetime.now(UTC)
+    read = _RendezvousStateOnly(io.BytesIO(pickle.dumps(state))).load()
+    assert len(read.participants) == 2
+    with pytest.raises(pickle.UnpicklingError, match="system is not part of a rendezvous state"):
+        _RendezvousStateOnly(io.BytesIO(pickle.dumps(__import__("os").system))).load()

@@ -2,15 +2,20 @@
 
 Before a multi-node launch we refuse an endpoint the nodes cannot share (a loopback
 address when the scheduler put them on different hosts); while the nodes gather, we
-read torchrun's own rendezvous state to say how many came.
+read torchrun's own rendezvous state to say how many came, and each node publishes its
+launch settings in torchrun's store beside it, so that nodes started with another
+``--nnodes`` stop naming it (torchrun never forms their group, or forms one of the size
+the other node asked for, and the ranks' own settings check never sees the difference).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import socket
+import time
 
 from ..training.spec import split_endpoint
 
@@ -123,6 +128,7 @@ class _RendezvousStateOnly(pickle.Unpickler):
         ("torch.distributed.elastic.rendezvous.dynamic_rendezvous", "_NodeDesc"),
         ("datetime", "datetime"),
         ("datetime", "timedelta"),
+        ("datetime", "timezone"),  # torch 2.14: deadlines are aware (UTC)
         ("builtins", "set"),
     }
 
@@ -130,6 +136,107 @@ class _RendezvousStateOnly(pickle.Unpickler):
         if (module, name) not in self.ALLOWED:
             raise pickle.UnpicklingError(f"{module}.{name} is not part of a rendezvous state")
         return super().find_class(module, name)
+
+
+#: the keys of the launch settings in torchrun's store: a counter numbers the nodes as
+#: they publish (``count``), each node's entry (``N``) and how many entries it has read
+#: (``seen.N``). torchrun's own keys start with ``torch.``.
+LAUNCH_KEY = "qwen3-trn.launch."
+#: the most entries read back (a job's nodes; more means something else wrote the keys)
+MAX_NODES = 4096
+#: seconds a node that found a difference waits for the others to read its settings
+#: before it stops its torchrun (the store may live in it: then the others lose it)
+TELL_OTHERS_S = 10.0
+
+
+def launch_entry(settings: dict[str, int]) -> str:
+    """This node's entry: its launch settings, named as the user knows the flags (only
+    what torchrun takes, which the ranks cannot compare), its host and launcher pid."""
+    return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "settings": settings})
+
+
+def _store(endpoint: str):
+    """A client of the TCPStore at ``endpoint`` (torchrun's: the caller made sure).
+    OSError when nothing listens there (a plain probe: a TCPStore client that cannot
+    connect retries, and logs pages of C++)."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    host, port = split_endpoint(endpoint)
+    socket.create_connection((host, port), timeout=1).close()
+    return TCPStore(host, port, is_master=False, timeout=timedelta(seconds=2),
+                    wait_for_workers=False)  # fmt: skip
+
+
+def publish_launch(endpoint: str, entry: str) -> int | None:
+    """Put ``entry`` into torchrun's store at ``endpoint``; this node's number (None:
+    the store could not be written)."""
+    try:
+        store = _store(endpoint)
+        index = int(store.add(LAUNCH_KEY + "count", 1))
+        store.set(f"{LAUNCH_KEY}{index}", entry)
+        return index
+    except Exception:
+        return None
+
+
+def read_launches(endpoint: str, index: int) -> list[dict] | None:
+    """Every node's entry so far, each with its ``index`` and ``seen`` (how many entries
+    that node has read); records that node ``index`` has read them all. None: no store."""
+    try:
+        store = _store(endpoint)
+        count = min(int(store.add(LAUNCH_KEY + "count", 0)), MAX_NODES)
+        store.set(f"{LAUNCH_KEY}seen.{index}", str(count))
+        entries = []
+        for i in range(1, count + 1):
+            key, seen = f"{LAUNCH_KEY}{i}", f"{LAUNCH_KEY}seen.{i}"
+            if not store.check([key]):
+                continue  # numbered, not written yet
+            try:
+                entry = json.loads(store.get(key))  # data only: JSON, never pickle
+            except ValueError:
+                continue  # not an entry of ours
+            if isinstance(entry, dict) and isinstance(entry.get("settings"), dict):
+                told = store.get(seen).decode() if store.check([seen]) else "0"
+                entries.append({**entry, "index": i, "seen": int(told) if told.isdigit() else 0})
+        return entries
+    except Exception:
+        return None
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    """A value another node wrote, as one printable line (it comes over the network)."""
+    text = value if isinstance(value, str) else json.dumps(value)
+    return "".join(c if c.isprintable() else "?" for c in text)[:limit]
+
+
+def launch_mismatch(index: int, entries: list[dict]) -> str | None:
+    """The first launch setting in which another node differs from node ``index``, as
+    the line every node prints; None while they agree (or this node is not listed)."""
+    mine = next((e for e in entries if e["index"] == index), None)
+    if mine is None:
+        return None
+    for other in entries:
+        if other is mine:
+            continue
+        theirs = other["settings"]
+        for name, value in mine["settings"].items():
+            if theirs.get(name) != value:
+                there = theirs.get(name, "not given")
+                return (
+                    f"{name} differs between nodes: {_shown(value)} here ({_shown(mine['host'])}), "
+                    f"{_shown(there)} on {_shown(other.get('host'))} (launch pid "
+                    f"{_shown(other.get('pid'))}); start the same command on every node"
+                )
+    return None
+
+
+def everyone_read(index: int, entries: list[dict]) -> bool:
+    """Whether every other node has read every entry this node knows of (so each has
+    found the difference too, and stops by itself)."""
+    newest = max((e["index"] for e in entries), default=index)
+    return all(e["seen"] >= newest for e in entries if e["index"] != index)
 
 
 #: polls :func:`nodes_joined` in a child process (see :class:`JoinWatch`)
@@ -143,25 +250,33 @@ def orphaned():  # the launcher gone (even while a read below hangs): go too
     os._exit(0)
 
 threading.Thread(target=orphaned, daemon=True).start()
-import socket
+import json, socket
 import torch.distributed  # before the first read: its import is not a slow answer
-from qwen3_trn_helpers.runs.rendezvous import nodes_joined
+from qwen3_trn_helpers.runs import rendezvous as rdzv
 from qwen3_trn_helpers.training.spec import split_endpoint
+endpoint, entry, index = sys.argv[1], sys.argv[2], None
 while True:
     try:
-        socket.create_connection(split_endpoint(sys.argv[1]), timeout=1).close()
+        socket.create_connection(split_endpoint(endpoint), timeout=1).close()
     except OSError:
         print("none", flush=True)  # nothing listens there (yet)
     else:
         print("connect", flush=True)  # something listens: is it torchrun's store?
-        joined = nodes_joined(sys.argv[1])
+        joined = rdzv.nodes_joined(endpoint)
         print(-1 if joined is None else joined, flush=True)
+        if joined is not None and entry:  # torchrun's store: publish, then compare
+            index = index or rdzv.publish_launch(endpoint, entry)
+            entries = index and rdzv.read_launches(endpoint, index)
+            if entries:
+                print("launches", json.dumps({"index": index, "entries": entries}), flush=True)
     time.sleep(1)
 """
 
 
 class JoinWatch:
-    """How many nodes have joined so far (``joined``), read every second by a child.
+    """How many nodes have joined so far (``joined``), read every second by a child,
+    which also publishes this node's launch settings (``entry``: :func:`launch_entry`)
+    and compares them with every other node's (``mismatch``).
 
     Why a child: a TCPStore client talking to something that is not torchrun's store
     (an HTTP server, a proxy) can block for minutes and prints pages of C++ frames to
@@ -169,25 +284,33 @@ class JoinWatch:
     as soon as torchrun does.
     """
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, entry: str = "") -> None:
         import subprocess
         import sys
         import threading
 
         self.joined: int | None = None
+        #: the first launch setting another node was started with differently
+        self.mismatch: str | None = None
+        self._found_at, self._told = 0.0, False
         self._store_seen, self._failed_reads = False, 0
         self._asking_since: float | None = None
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", _WATCH, endpoint], stdin=subprocess.DEVNULL,
+            [sys.executable, "-c", _WATCH, endpoint, entry], stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )  # fmt: skip
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
-        import time
-
         for line in self._proc.stdout or ():
             word = line.strip()
+            if word.startswith("launches "):
+                seen = json.loads(word.removeprefix("launches "))
+                found = launch_mismatch(seen["index"], seen["entries"])
+                if found and not self.mismatch:
+                    self.mismatch, self._found_at = found, time.monotonic()
+                self._told |= bool(found) and everyone_read(seen["index"], seen["entries"])
+                continue
             if word == "connect":
                 self._asking_since = self._asking_since or time.monotonic()
                 continue
@@ -204,10 +327,17 @@ class JoinWatch:
         """Whether something other than torchrun's store answers at the endpoint: it
         accepts connections, but no read of a rendezvous state ever succeeded (three
         failed, or one has hung for over 5 s; torchrun's store answers at once)."""
-        import time
-
         hung = self._asking_since is not None and time.monotonic() - self._asking_since > 5
         return (self._failed_reads >= 3 or hung) and not self._store_seen
+
+    @property
+    def stop_for(self) -> str | None:
+        """:attr:`mismatch`, once every other node has read this node's settings (so
+        each stops by itself) or :data:`TELL_OTHERS_S` passed: then stop this node."""
+        if self.mismatch is None:
+            return None
+        late = time.monotonic() - self._found_at > TELL_OTHERS_S
+        return self.mismatch if self._told or late else None
 
     def close(self) -> None:
         """Stop polling (at the first step, and at the end; again is harmless)."""

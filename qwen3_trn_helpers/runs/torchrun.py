@@ -40,7 +40,7 @@ from .folder import (
 )
 from .lifeline import launcher_environment, watched
 from .neuron_cores import neuron_rank_environment, with_class_slice
-from .rendezvous import JoinWatch, check_endpoint_reachable_by_all
+from .rendezvous import JoinWatch, check_endpoint_reachable_by_all, launch_entry
 from .reporter import Reporter
 
 #: what torchrun itself decides for each rank (how many ranks per node and nodes, where
@@ -193,14 +193,20 @@ def _launch_in(
     log_path = out / (node_log if multinode else "launch.log")
     last_step = resumed_from
     # how many nodes came, for the message if they never all do (read in a child: a
-    # service other than torchrun's store at the endpoint must not hang this loop)
-    watch = JoinWatch(spec.rdzv_endpoint) if multinode else None
+    # service other than torchrun's store at the endpoint must not hang this loop), and
+    # whether every node was started with this node's --nnodes and --nproc
+    watch = (
+        JoinWatch(spec.rdzv_endpoint, launch_entry(launch_settings(plan))) if multinode else None
+    )
 
     met_by = time.monotonic() + spec.rdzv_timeout + RENDEZVOUS_SLACK_S
     met, looked = not multinode, 0.0
 
     def report_steps(proc: subprocess.Popen) -> None:
         nonlocal last_step, met, looked
+        if watch is not None and watch.stop_for and proc.poll() is None:
+            stop_process_group(proc, grace_s=10)  # every node finds it and stops
+            raise ConfigError(watch.stop_for)
         if watch is not None and not met and time.monotonic() - looked > 2:
             # torchrun blocks past its join timeout when another service holds the port:
             # the launch gives it the timeout plus a start-up margin, then stops it
@@ -237,6 +243,8 @@ def _launch_in(
     joined = watch.joined if watch is not None else None
     if result.timed_out:
         raise TrainingError(f"{plan.world_size}-rank run passed {timeout:.0f} s; stopped")
+    if not result.ok and watch is not None and watch.mismatch:
+        raise ConfigError(watch.mismatch)  # the other node stopped first
     if not result.ok:
         text = result.output
         # (afterwards: a node left mid-run; ranks that started mean the nodes met)
@@ -258,6 +266,12 @@ def _launch_in(
     # the node whose torchrun started rank 0 writes the plot; the others only report
     run.writer = not multinode or run.agent == (socket.gethostname(), result.pid)
     return run
+
+
+def launch_settings(plan: Plan) -> dict[str, int]:
+    """What torchrun takes and the ranks cannot compare among themselves: nodes started
+    with another --nnodes never meet (or meet as a job of the other node's size)."""
+    return {"--nnodes": plan.nnodes, "--nproc": plan.nproc}
 
 
 #: seconds past --rdzv-timeout a launch waits for torchrun to start its ranks
