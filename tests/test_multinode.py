@@ -132,8 +132,10 @@ def test_two_agents_one_folder_same_losses_as_one_node(tmp_path, one_node):
     endpoint = f"127.0.0.1:{free_port()}"
     cmd = train_cmd("--nnodes", "2", "--rdzv-endpoint", endpoint, "--nproc", "1",
                     "--steps", str(STEPS), "--out", str(out))  # fmt: skip
-    agents = [
-        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    agents = [  # one thread per rank, as in the reference (ONE_THREAD says why)
+        subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ONE_THREAD
+        )
         for _ in range(2)
     ]
     outputs = [agent.communicate(timeout=300)[0] for agent in agents]
