@@ -70,6 +70,7 @@ class Plan:
     seq_len: int
     attention: str
     corpus: str
+    corpus_streams: bool  # a hub dataset, streamed (else the embedded text or local files)
     lr: float
     moe_block_size: int
     tokenizer_dir: Path | None  # None only in plans resolved for another machine
@@ -121,9 +122,7 @@ class Plan:
     @property
     def needs_hub(self) -> bool:
         """Does this run download from the Hugging Face hub (weights or text)?"""
-        from ..corpus import is_local
-
-        return not is_local(self.corpus) or (self.init.pending and self.init.hub_id is not None)
+        return self.corpus_streams or (self.init.pending and self.init.hub_id is not None)
 
     def with_layout(self, **degrees: int) -> Plan:
         """This plan with other parallel degrees (``plan.with_layout(tp=8)``): a what-if
@@ -464,6 +463,7 @@ def plan_run(
         seq_len=seq_len,
         attention=attention,
         corpus=corpus,
+        corpus_streams=not (embedded or is_local(corpus)),
         lr=spec.lr or preset.lr,
         moe_block_size=moe_block,
         tokenizer_dir=tokenizer_dir,
