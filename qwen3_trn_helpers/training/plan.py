@@ -442,7 +442,9 @@ def plan_run(
                 f"neuron_cores {spec.neuron_cores} chooses NeuronCores on a trn2, but this "
                 f"run trains on {device!r}; drop --neuron-cores (or run it on trn2)"
             )
-        cores = spec.core_slice()
+        from ..trn2 import core_slice
+
+        cores = core_slice(spec.neuron_cores)  # (a valid slice: the spec checked its text)
         if len(cores) != nproc:
             raise ConfigError(
                 f"neuron_cores {spec.neuron_cores} holds {len(cores)} cores but the run "
