@@ -213,22 +213,9 @@ def resolve_preset(
     )
 
 
-def replicas_for(preset: Preset, nnodes: int) -> int:
-    """Replicas of the model across nodes (HSDP), the trn2 rule for several nodes.
-
-    A full-size preset's layout fills one trn2.48xlarge (TP inside a chip, FSDP over
-    the node's 64 cores, on NeuronLink). Across nodes the link is EFA, several times
-    slower, so each node keeps one whole sharded copy and the nodes only all-reduce
-    gradients once a step: data_parallel_replicate = nnodes. Each rank then holds what
-    it holds on one node. A small preset has no node-sized layout: its ranks shard one
-    copy over the whole world (FSDP), exactly as the same ranks on one node would.
-    """
-    return nnodes if preset.full_size and nnodes > 1 else 1
-
-
 def layout_reason(preset: Preset, nnodes: int) -> str:
     """One sentence: why this layout on this many nodes (the plan's "why")."""
-    if replicas_for(preset, nnodes) == 1:
+    if preset.replicas_across(nnodes) == 1:
         if nnodes == 1:
             return "one node: the preset's own layout"
         return (
@@ -381,7 +368,7 @@ def plan_run(
             f"tokens ({source}); use a shorter --seq-len"
         )
     world = nproc * nnodes
-    replicas = spec.dp_replicate or replicas_for(preset, nnodes)
+    replicas = spec.dp_replicate or preset.replicas_across(nnodes)
     if world % replicas:
         raise ConfigError(
             f"dp_replicate {replicas} must divide the {world} ranks (each replica holds one "
