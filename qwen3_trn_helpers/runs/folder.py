@@ -91,9 +91,8 @@ def fresh_overwrite(spec: RunSpec) -> bool:
 
 @dataclass(frozen=True)
 class Settled:
-    """A run folder made ready for one run: where it is and where training starts."""
+    """A run folder made ready for one run: where its training starts."""
 
-    out: Path
     resumed_from: int = 0  # the checkpoint step a resumed run continues from (0: fresh)
     finished: bool = False  # --resume auto over a run whose checkpoint holds every step
     reshard: bool = False  # resumed on another data-parallel size: the data restarts
@@ -128,13 +127,13 @@ def settle_run_folder(
     step = latest_checkpoint_step(out)
     auto = spec.resume == RESUME_AUTO
     if decides and auto and (out / "run.json").is_file() and step >= spec.steps:
-        return Settled(out, step, finished=True)
+        return Settled(step, finished=True)
     if not (step > 0 if auto else spec.resume):  # (auto without a checkpoint: fresh)
         if not decides:
             out.mkdir(parents=True, exist_ok=True)
         elif writer:
             prepare_out_dir(out, fresh_overwrite(spec))
-        return Settled(out)
+        return Settled()
     if step == 0:
         raise RunFolderError(
             f"nothing to resume in {out}: it has no complete checkpoint/step-N folder; run "
@@ -144,18 +143,18 @@ def settle_run_folder(
     # again; their metrics lines are dropped when the resumed run logs its first step
     # (training/metrics.py), so none appears twice.
     if not decides:
-        return Settled(out, step)
+        return Settled(step)
     check_resume(out, step, plan, share=share)
     if share is None:
         # rank 0 drops the lines only when it logs its first step: drop them now, so
         # that the launcher never reports the steps to be trained again
         keep_steps_before(out / "metrics.jsonl", step + 1)
-        return Settled(out, step)
+        return Settled(step)
     from ..training.checkpoint import resumes_at_other_world
 
     data_ranks = plan.world_size // plan.tp  # torchtitan's dp degree
     reshard = resumes_at_other_world(out / "checkpoint", step, data_ranks, echo=share[0] == 0)
-    return Settled(out, step, reshard=reshard)
+    return Settled(step, reshard=reshard)
 
 
 def new_out_dir(out: str | Path | None) -> Path:

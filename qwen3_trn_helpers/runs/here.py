@@ -67,20 +67,19 @@ def _train_in_folder(
         return RunResult.from_folder(out)  # a requeue or restart after the last step
     resumed_from, reshard = settled.resumed_from, settled.reshard
     result = RunResult(out=out, spec=spec, plan=plan)
+    desc = f"{plan.variant.name}/{Path(str(plan.init)).name}"
+    step_done, close_bar = reporter.steps(spec.steps, desc, initial=resumed_from)
 
     def manifest(status: str, **extra: Any) -> None:
         if rank0:
             write_manifest(out, status, plan, launched=launched, init_dir=init_dir, **extra)
 
-    manifest("running")
-    desc = f"{plan.variant.name}/{Path(str(plan.init)).name}"
-    step_done, close_bar = reporter.steps(spec.steps, desc, initial=resumed_from)
-
     started = time.perf_counter()
     error = None
     # a run that saves checkpoints saves one more on SIGTERM (training/stopping.py)
     stop = StopRequest()
-    try:
+    try:  # from here on, however the run ends, the bar closes and run.json says how
+        manifest("running")
         with (
             trainer_session(
                 plan, out, init_dir=init_dir, verbose=reporter.verbose,
