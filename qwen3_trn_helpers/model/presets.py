@@ -93,6 +93,19 @@ class Preset:
         """Meant for a whole trn2.48xlarge, not one core."""
         return self.world_size > 1
 
+    def replicas_across(self, nnodes: int) -> int:
+        """Replicas of the model across nodes (HSDP), the trn2 rule for several nodes.
+
+        A full-size preset's layout fills one trn2.48xlarge (TP inside a chip, FSDP over
+        the node's 64 cores, on NeuronLink). Across nodes the link is EFA, several times
+        slower, so each node keeps one whole sharded copy and the nodes only all-reduce
+        gradients once a step: data_parallel_replicate = nnodes. Each rank then holds
+        what it holds on one node. A small preset has no node-sized layout: its ranks
+        shard one copy over the whole world (FSDP), exactly as the same ranks on one node
+        would.
+        """
+        return nnodes if self.full_size and nnodes > 1 else 1
+
 
 PRESETS: dict[str, Preset] = {
     p.name: p

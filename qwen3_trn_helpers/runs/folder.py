@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, RunFolderError
-from ..training.metrics_file import read_metrics, strict_json
+from ..training.metrics_file import keep_steps_before, note_metrics_gap, read_metrics, strict_json
 from ..training.plan import Plan
 from ..training.spec import RESUME_AUTO, RunSpec
 
@@ -82,24 +82,6 @@ def latest_checkpoint_step(out: str | Path) -> int:
     return max(find_checkpoint_step(Path(out) / "checkpoint"), 0)
 
 
-def resumes(spec: RunSpec, out: str | Path) -> bool:
-    """Whether this run continues one: ``--resume``, or ``--resume auto`` over a folder
-    that holds a complete checkpoint (without one, ``auto`` starts fresh)."""
-    if spec.resume == RESUME_AUTO:
-        return latest_checkpoint_step(out) > 0
-    return bool(spec.resume)
-
-
-def already_trained(spec: RunSpec, out: str | Path) -> bool:
-    """``--resume auto`` over a run whose checkpoint already holds every step: a job
-    requeued or restarted after it finished has nothing left to train."""
-    return (
-        spec.resume == RESUME_AUTO
-        and (Path(out) / "run.json").is_file()
-        and latest_checkpoint_step(out) >= spec.steps
-    )
-
-
 def fresh_overwrite(spec: RunSpec) -> bool:
     """Whether a fresh start may clear an earlier run of ours in its folder: with
     ``--overwrite``, and with ``--resume auto`` (the folder is the job's own; without a
@@ -107,23 +89,72 @@ def fresh_overwrite(spec: RunSpec) -> bool:
     return spec.overwrite or spec.resume == RESUME_AUTO
 
 
-def prepare_resume_dir(out: str | Path | None) -> tuple[Path, int]:
-    """The run folder to resume and the step of its newest complete checkpoint.
+@dataclass(frozen=True)
+class Settled:
+    """A run folder made ready for one run: where its training starts."""
 
-    Steps after that checkpoint were trained by the interrupted run and will be trained
-    again; their metrics lines are dropped when the resumed run logs its first step
-    (training/metrics.py), so none appears twice.
+    resumed_from: int = 0  # the checkpoint step a resumed run continues from (0: fresh)
+    finished: bool = False  # --resume auto over a run whose checkpoint holds every step
+    reshard: bool = False  # resumed on another data-parallel size: the data restarts
+
+
+def settle_run_folder(
+    out: Path,
+    plan: Plan,
+    *,
+    writer: bool,
+    share: tuple[int, int] | None,
+    decides: bool = True,
+) -> Settled:
+    """Resume or start the run in ``out`` (held by the caller), from one look at its
+    newest complete checkpoint; the one answer every way of running acts on.
+
+    ``--resume auto`` over a run that trained every step is ``finished``: a job requeued
+    or restarted after its last step has nothing left to train. ``--resume``, or ``auto``
+    over a folder with a checkpoint, resumes: the checkpoint is checked against this
+    run's settings and files (:func:`check_resume`) before run.json says anything new.
+    Otherwise the run starts fresh, and the ``writer`` clears an earlier run of ours
+    (:func:`prepare_out_dir`).
+
+    ``share``: (rank, world) in a rank, which hashes its part of the shards and learns
+    whether the checkpoint had another data-parallel size (``reshard``); None in the
+    launcher of one node, which checks before its ranks start and drops the metrics
+    lines they will train again. ``decides=False``: one node's launcher of several,
+    whose folder the job's rank 0 settles once (every node may be given the same folder
+    on shared storage, so no node refuses it because another got there first).
     """
-    if out is None:
-        raise ConfigError("resume needs --out: the folder of the run to continue")
-    out = Path(out)
+    spec = plan.spec
     step = latest_checkpoint_step(out)
+    auto = spec.resume == RESUME_AUTO
+    if decides and auto and (out / "run.json").is_file() and step >= spec.steps:
+        return Settled(step, finished=True)
+    if not (step > 0 if auto else spec.resume):  # (auto without a checkpoint: fresh)
+        if not decides:
+            out.mkdir(parents=True, exist_ok=True)
+        elif writer:
+            prepare_out_dir(out, fresh_overwrite(spec))
+        return Settled()
     if step == 0:
         raise RunFolderError(
             f"nothing to resume in {out}: it has no complete checkpoint/step-N folder; run "
             "with --checkpoint-interval N to save checkpoints"
         )
-    return out, step
+    # Steps after the checkpoint were trained by the interrupted run and are trained
+    # again; their metrics lines are dropped when the resumed run logs its first step
+    # (training/metrics.py), so none appears twice.
+    if not decides:
+        return Settled(step)
+    check_resume(out, step, plan, share=share)
+    if share is None:
+        # rank 0 drops the lines only when it logs its first step: drop them now, so
+        # that the launcher never reports the steps to be trained again
+        keep_steps_before(out / "metrics.jsonl", step + 1)
+        return Settled(step)
+    from ..training.checkpoint import resumes_at_other_world
+
+    data_ranks = plan.world_size // plan.tp  # torchtitan's dp degree
+    reshard = resumes_at_other_world(out / "checkpoint", step, data_ranks, echo=share[0] == 0)
+    return Settled(step, reshard=reshard)
 
 
 def new_out_dir(out: str | Path | None) -> Path:
@@ -259,7 +290,7 @@ def check_resume(out: Path, step: int, plan: Plan, share: tuple[int, int] | None
             f"the checkpoint in {out} is at step {step}; pass --steps above it to train on"
         )
     if share is None or share[0] == 0:
-        note_metrics_gap(out, step)
+        note_metrics_gap(out / "metrics.jsonl", step)
     try:
         saved = json.loads((out / "run.json").read_text())
         saved_resolved, saved_spec = saved["resolved"], saved["spec"]
@@ -278,71 +309,6 @@ def check_resume(out: Path, step: int, plan: Plan, share: tuple[int, int] | None
             f"{'; '.join(differences)}. Pass the run's own settings again (only --steps, "
             "ranks, nodes and checkpointing may change), or start a new run elsewhere"
         )
-
-
-def metrics_gap(out: Path, step: int) -> list[int]:
-    """Steps 1..``step`` (those the checkpoint holds) that metrics.jsonl has no line for."""
-    path = out / "metrics.jsonl"
-    recorded = {r.get("step") for r in read_metrics(path)} if path.exists() else set()
-    return [s for s in range(1, step + 1) if s not in recorded]
-
-
-def note_metrics_gap(out: Path, step: int) -> None:
-    """Say, before training, that a resumed run's metrics will have a hole: a
-    metrics.jsonl cut to steps 1-2 and resumed at step 20 went on 1, 2, 21, 22 silently."""
-    missing = metrics_gap(out, step)
-    if not missing:
-        return
-    span = f"{missing[0]}-{missing[-1]}" if len(missing) > 1 else str(missing[0])
-    whole = len(missing) == missing[-1] - missing[0] + 1
-    print(
-        f"note: {out / 'metrics.jsonl'} has no line for step{'s' if len(missing) > 1 else ''} "
-        f"{span if whole else f'{span} ({len(missing)} of them)'}, though the checkpoint "
-        f"at step {step} trained {'them' if len(missing) > 1 else 'it'} (the file was cut or "
-        "edited): the resumed run's "
-        "metrics go on from there, and loss curves will show the gap",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
-def checkpoint_data_ranks(step_dir: Path) -> int | None:
-    """How many data-parallel ranks wrote a checkpoint's dataloader state (None: unknown).
-
-    Read from the checkpoint's own DCP metadata, the same on every rank, so every
-    rank of a resumed run takes the same decision.
-    """
-    from torch.distributed.checkpoint import FileSystemReader
-
-    try:
-        keys = FileSystemReader(str(step_dir)).read_metadata().state_dict_metadata
-    except Exception:  # not a DCP checkpoint (an HF export): nothing to compare
-        return None
-    ranks = [k for k in keys if k.startswith("dataloader.dp_rank_")]
-    return len(ranks) or None
-
-
-def resumes_at_other_world(out: Path, step: int, data_ranks: int, *, echo: bool) -> bool:
-    """Whether the checkpoint at ``step`` had another data-parallel size (nodes lost or
-    added, another --nproc).
-
-    Model and optimizer state reshard on load (torch's distributed checkpoint); the
-    data position cannot in torchtitan 0.3.0 (it asserts the size is unchanged), so
-    the resumed run says so once and starts its data from the beginning.
-    """
-    saved = checkpoint_data_ranks(out / "checkpoint" / f"step-{step}")
-    if saved is None or saved == data_ranks:
-        return False
-    if echo:
-        print(
-            f"note: the checkpoint at step {step} was written by {saved} data-parallel "
-            f"ranks and this run has {data_ranks}: model and optimizer state are "
-            "resharded, the data order restarts (torchtitan 0.3.0 cannot reshard its "
-            "dataloader state)",
-            file=sys.stderr,
-            flush=True,
-        )
-    return True
 
 
 def write_manifest(

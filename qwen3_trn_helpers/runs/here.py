@@ -19,19 +19,7 @@ from ..errors import Terminated, stop_signal
 from ..training.metrics_file import read_metrics
 from ..training.plan import Plan
 from ..training.ranks import launched_by_torchrun, rank, world_size
-from .folder import (
-    RunResult,
-    already_trained,
-    check_resume,
-    fresh_overwrite,
-    new_out_dir,
-    own_run_folder,
-    prepare_out_dir,
-    prepare_resume_dir,
-    resumes,
-    resumes_at_other_world,
-    write_manifest,
-)
+from .folder import RunResult, new_out_dir, own_run_folder, settle_run_folder, write_manifest
 from .reporter import Reporter
 
 
@@ -73,33 +61,25 @@ def _train_in_folder(
     from ..training.trainer import trainer_session
 
     spec, rank0 = plan.spec, rank() == 0
-    resumed_from = 0
-    reshard = False
-    if already_trained(spec, out):
+    # each rank hashes its share of a resumed checkpoint's shards; rank 0 clears a fresh one
+    settled = settle_run_folder(out, plan, writer=rank0, share=(rank(), world_size()))
+    if settled.finished:
         return RunResult.from_folder(out)  # a requeue or restart after the last step
-    if resumes(spec, out):
-        out, resumed_from = prepare_resume_dir(out)
-        # before run.json says anything new; each rank hashes its share of the shards
-        check_resume(out, resumed_from, plan, share=(rank(), world_size()))
-        data_ranks = plan.world_size // plan.tp  # torchtitan's dp degree
-        reshard = resumes_at_other_world(out, resumed_from, data_ranks, echo=rank0)
-    elif rank0:
-        out = prepare_out_dir(out, fresh_overwrite(spec))
+    resumed_from, reshard = settled.resumed_from, settled.reshard
     result = RunResult(out=out, spec=spec, plan=plan)
+    desc = f"{plan.variant.name}/{Path(str(plan.init)).name}"
+    step_done, close_bar = reporter.steps(spec.steps, desc, initial=resumed_from)
 
     def manifest(status: str, **extra: Any) -> None:
         if rank0:
             write_manifest(out, status, plan, launched=launched, init_dir=init_dir, **extra)
 
-    manifest("running")
-    desc = f"{plan.variant.name}/{Path(str(plan.init)).name}"
-    step_done, close_bar = reporter.steps(spec.steps, desc, initial=resumed_from)
-
     started = time.perf_counter()
     error = None
     # a run that saves checkpoints saves one more on SIGTERM (training/stopping.py)
     stop = StopRequest()
-    try:
+    try:  # from here on, however the run ends, the bar closes and run.json says how
+        manifest("running")
         with (
             trainer_session(
                 plan, out, init_dir=init_dir, verbose=reporter.verbose,

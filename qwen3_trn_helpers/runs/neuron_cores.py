@@ -44,7 +44,8 @@ def with_class_slice(spec: RunSpec, environ: dict[str, str] | None = None) -> Ru
             f"({CLASS_SLICE_ENV}={share}) holds {len(cores)} NeuronCores: run it with "
             f"--nproc {len(cores)} or less, or on a trn2 of your own"
         )
-    return spec.replace(neuron_cores=f"{cores.start}-{cores.start + spec.nproc - 1}").validate()
+    # (replace() checks the new spec, as every RunSpec is checked when made)
+    return spec.replace(neuron_cores=f"{cores.start}-{cores.start + spec.nproc - 1}")
 
 
 def one_process_share_environment(env: dict[str, str]) -> dict[str, str]:

@@ -158,11 +158,7 @@ def check_hub_answers(plan: Plan, timeout_s: float = 10.0) -> None:
     """A run that streams its text from the hub asks the hub once, before anything is
     built: offline, or without network, the dataset library retried for 30 s and then
     failed deep inside as a bare ConnectionError."""
-    from pathlib import Path
-
-    from ..corpus import is_local
-
-    if is_local(plan.corpus) or Path(plan.corpus).suffix:
+    if not plan.corpus_streams:
         return
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("", "0", "false"):
         raise ConfigError(  # now, not after a minute of retries inside the dataloader

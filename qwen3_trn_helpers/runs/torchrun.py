@@ -23,21 +23,11 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from ..errors import PEER_LOST, ConfigError, TrainingError
-from ..training.metrics_file import keep_steps_before, read_metrics
+from ..training.metrics_file import read_metrics
 from ..training.plan import Plan
 from ..training.spec import RESUME_AUTO, RunSpec
 from .child import run_child, stop_process_group
-from .folder import (
-    RunResult,
-    already_trained,
-    check_resume,
-    fresh_overwrite,
-    new_out_dir,
-    own_run_folder,
-    prepare_out_dir,
-    prepare_resume_dir,
-    resumes,
-)
+from .folder import RunResult, new_out_dir, own_run_folder, settle_run_folder
 from .lifeline import launcher_environment, watched
 from .neuron_cores import neuron_rank_environment, with_class_slice
 from .rendezvous import JoinWatch, check_endpoint_reachable_by_all, launch_entry
@@ -157,25 +147,14 @@ def _launch_in(
     """:func:`run_with_torchrun`, once the run folder is settled."""
     spec = plan.spec
     multinode = plan.nnodes > 1
-    rank_fields: dict[str, str] = {}
-    if not multinode and already_trained(spec, out):
+    # one node: checked (the ranks hash the shards) and cleared here, before any rank
+    # starts; several: the job's rank 0 settles the folder, once (runs/here.py)
+    settled = settle_run_folder(out, plan, writer=True, share=None, decides=not multinode)
+    if settled.finished:
         return RunResult.from_folder(out)  # a requeue or restart after the last step
-    if resumes(spec, out):
-        out, resumed_from = prepare_resume_dir(out)
-        if not multinode:  # (several nodes: rank 0 does both, once, not every node)
-            # refused before any file changes, rather than in rank 0 after the next line
-            check_resume(out, resumed_from, plan, share=None)  # (the ranks hash)
-            # rank 0 drops the steps it trains again only when it logs its first one;
-            # drop them now, so that this loop never reports the later steps
-            keep_steps_before(out / "metrics.jsonl", resumed_from + 1)
-    elif multinode:
-        # Every node may be given the same folder on shared storage: the job's rank 0
-        # alone decides whether it may be used (and clears it for --overwrite), so no
-        # node refuses a folder because another node of this job got there first.
-        resumed_from = 0
-        out.mkdir(parents=True, exist_ok=True)
-    else:
-        out, resumed_from = prepare_out_dir(out, fresh_overwrite(spec)), 0
+    resumed_from = settled.resumed_from
+    rank_fields: dict[str, str] = {}
+    if not multinode and not resumed_from:
         rank_fields = {"out": str(out)}  # cleared here, held here
         if spec.resume != RESUME_AUTO:  # (auto stays: ranks torchrun restarts continue)
             rank_fields["overwrite"] = ""

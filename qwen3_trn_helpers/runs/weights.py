@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import AssetError
-from ..model.presets import Preset, get_preset
+from ..model.presets import Preset
 from ..training.plan import Plan, plan_run
 from ..training.spec import RunSpec
 
@@ -123,9 +123,9 @@ def _record_checksums(folder: Path) -> None:
 
 
 def pretrain_local(
-    preset_name: str, folder: str, progress: bool = True, isolate: bool | None = None
+    preset: Preset, folder: str, progress: bool = True, isolate: bool | None = None
 ) -> None:
-    """Pretrain ``preset_name``'s local checkpoint into ``folder`` (on the CPU).
+    """Pretrain ``preset``'s local checkpoint into ``folder`` (on the CPU).
 
     On trn2 (a process that sees Neuron) this happens in a child process, like every
     trainer a notebook asks for (runs/child.py): the kernel never builds one.
@@ -133,9 +133,9 @@ def pretrain_local(
     from . import child
 
     if child.isolated(isolate):
-        child.call(pretrain_local, preset_name, folder, progress=False, isolate=False)
+        child.call(pretrain_local, preset, folder, progress=False, isolate=False)
         return
-    _pretrain_into(get_preset(preset_name), Path(folder), progress)
+    _pretrain_into(preset, Path(folder), progress)
 
 
 def ensure_local_published(preset: Preset, progress: bool = True) -> Path:
@@ -145,7 +145,7 @@ def ensure_local_published(preset: Preset, progress: bool = True) -> Path:
     def build() -> Path:
         return cached_folder(
             published_dir(preset),
-            lambda folder: pretrain_local(preset.name, str(folder), progress),
+            lambda folder: pretrain_local(preset, str(folder), progress),
             marker="qwen3_trn_recipe.json",
         )
 

@@ -187,6 +187,10 @@ def estimate_memory(
     fsdp_buffers = (2 * 2 * block + grads_before_reduce * block) / tp
     fsdp_buffers += (2 + grads_before_reduce) * root / tp
     tokens = seq_len * local_batch
+    per_layer = layer_activation_values(s, tokens, activation_checkpoint)
+    activations = s.n_layers * per_layer
+    if activation_checkpoint == "full":  # one block recomputed at a time
+        activations += layer_activation_values(s, tokens, "none")
     kernel_copies = kernel_saved = kernel_grads = 0.0
     if moe_kernel_copies and s.is_moe:
         from ..model.moe_blockwise import num_blocks
@@ -197,10 +201,6 @@ def estimate_memory(
         blocks = num_blocks(tokens, s.top_k, s.n_experts, moe_block_size)
         kernel_saved = kept * blocks * moe_block_size * (2 * s.moe_hidden_dim + s.dim) * 2
         kernel_grads = experts_bf16
-    per_layer = layer_activation_values(s, tokens, activation_checkpoint)
-    activations = s.n_layers * per_layer
-    if activation_checkpoint == "full":  # one block recomputed at a time
-        activations += layer_activation_values(s, tokens, "none")
     scores = 0.0
     if scores_materialised:
         kept = {"none": s.n_layers, "selective": s.n_layers / 2, "full": 1}[activation_checkpoint]

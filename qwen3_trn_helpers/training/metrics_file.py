@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +86,28 @@ def keep_steps_before(path: str | Path, first_step: int) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(strict_json(r) + "\n" for r in kept))
     tmp.replace(path)
+
+
+def metrics_gap(path: Path, step: int) -> list[int]:
+    """Steps 1..``step`` (those a checkpoint holds) that the file has no line for."""
+    recorded = {r.get("step") for r in read_metrics(path)} if path.exists() else set()
+    return [s for s in range(1, step + 1) if s not in recorded]
+
+
+def note_metrics_gap(path: Path, step: int) -> None:
+    """Say, before training, that a resumed run's metrics will have a hole: a
+    metrics.jsonl cut to steps 1-2 and resumed at step 20 went on 1, 2, 21, 22 silently."""
+    missing = metrics_gap(path, step)
+    if not missing:
+        return
+    span = f"{missing[0]}-{missing[-1]}" if len(missing) > 1 else str(missing[0])
+    whole = len(missing) == missing[-1] - missing[0] + 1
+    print(
+        f"note: {path} has no line for step{'s' if len(missing) > 1 else ''} "
+        f"{span if whole else f'{span} ({len(missing)} of them)'}, though the checkpoint "
+        f"at step {step} trained {'them' if len(missing) > 1 else 'it'} (the file was cut or "
+        "edited): the resumed run's "
+        "metrics go on from there, and loss curves will show the gap",
+        file=sys.stderr,
+        flush=True,
+    )

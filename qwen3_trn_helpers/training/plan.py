@@ -70,6 +70,7 @@ class Plan:
     seq_len: int
     attention: str
     corpus: str
+    corpus_streams: bool  # a hub dataset, streamed (else the embedded text or local files)
     lr: float
     moe_block_size: int
     tokenizer_dir: Path | None  # None only in plans resolved for another machine
@@ -121,9 +122,7 @@ class Plan:
     @property
     def needs_hub(self) -> bool:
         """Does this run download from the Hugging Face hub (weights or text)?"""
-        from ..corpus import is_local
-
-        return not is_local(self.corpus) or (self.init.pending and self.init.hub_id is not None)
+        return self.corpus_streams or (self.init.pending and self.init.hub_id is not None)
 
     def with_layout(self, **degrees: int) -> Plan:
         """This plan with other parallel degrees (``plan.with_layout(tp=8)``): a what-if
@@ -214,22 +213,9 @@ def resolve_preset(
     )
 
 
-def replicas_for(preset: Preset, nnodes: int) -> int:
-    """Replicas of the model across nodes (HSDP), the trn2 rule for several nodes.
-
-    A full-size preset's layout fills one trn2.48xlarge (TP inside a chip, FSDP over
-    the node's 64 cores, on NeuronLink). Across nodes the link is EFA, several times
-    slower, so each node keeps one whole sharded copy and the nodes only all-reduce
-    gradients once a step: data_parallel_replicate = nnodes. Each rank then holds what
-    it holds on one node. A small preset has no node-sized layout: its ranks shard one
-    copy over the whole world (FSDP), exactly as the same ranks on one node would.
-    """
-    return nnodes if preset.full_size and nnodes > 1 else 1
-
-
 def layout_reason(preset: Preset, nnodes: int) -> str:
     """One sentence: why this layout on this many nodes (the plan's "why")."""
-    if replicas_for(preset, nnodes) == 1:
+    if preset.replicas_across(nnodes) == 1:
         if nnodes == 1:
             return "one node: the preset's own layout"
         return (
@@ -382,7 +368,7 @@ def plan_run(
             f"tokens ({source}); use a shorter --seq-len"
         )
     world = nproc * nnodes
-    replicas = spec.dp_replicate or replicas_for(preset, nnodes)
+    replicas = spec.dp_replicate or preset.replicas_across(nnodes)
     if world % replicas:
         raise ConfigError(
             f"dp_replicate {replicas} must divide the {world} ranks (each replica holds one "
@@ -443,7 +429,9 @@ def plan_run(
                 f"neuron_cores {spec.neuron_cores} chooses NeuronCores on a trn2, but this "
                 f"run trains on {device!r}; drop --neuron-cores (or run it on trn2)"
             )
-        cores = spec.core_slice()
+        from ..trn2 import core_slice
+
+        cores = core_slice(spec.neuron_cores)  # (a valid slice: the spec checked its text)
         if len(cores) != nproc:
             raise ConfigError(
                 f"neuron_cores {spec.neuron_cores} holds {len(cores)} cores but the run "
@@ -464,6 +452,7 @@ def plan_run(
         seq_len=seq_len,
         attention=attention,
         corpus=corpus,
+        corpus_streams=not (embedded or is_local(corpus)),
         lr=spec.lr or preset.lr,
         moe_block_size=moe_block,
         tokenizer_dir=tokenizer_dir,

@@ -319,6 +319,13 @@ def trainer_config(
         )
     init_dir = str(init_dir) if init_dir else None
     spec, variant = plan.spec, plan.variant
+    # this layer's parts first (the trainer class, what every node must agree on, the
+    # checkpointing and compile policies), then the model's and the data's from below
+    trainer = variant_parts(variant).trainer
+    settings = same_on_every_node(plan)
+    activation_checkpoint = activation_checkpoint_config(plan.activation_checkpoint)
+    compile_ = compile_config(spec.compile, plan.device_type)
+    backend = trainer.backend_fields(plan, init_dir)
     dataset, dataset_path = dataset_args(plan.corpus)
     saves = bool(spec.checkpoint_interval or spec.export_hf)
     kwargs: dict[str, Any] = dict(
@@ -365,20 +372,17 @@ def trainer_config(
             last_save_in_hf=spec.export_hf,
             exclude_from_loading=["dataloader"] if skip_dataloader_state else [],
         ),
-        activation_checkpoint=activation_checkpoint_config(plan.activation_checkpoint),
-        compile=compile_config(spec.compile, plan.device_type),
+        activation_checkpoint=activation_checkpoint,
+        compile=compile_,
         comm=CommConfig(trace_buf_size=0, mode=comm_mode),
         debug=DebugConfig(seed=spec.seed),
         override=OverrideConfig(
             imports=variant.overrides(plan.attention, plan.moe_block_size, spec.moe_impl)
         ),
         loss=variant.loss_config(plan.shape, plan.loss_chunks),
-        qwen3_trn=RunOptions(
-            variant=variant.name, device=plan.device_type, settings=same_on_every_node(plan)
-        ),
+        qwen3_trn=RunOptions(variant=variant.name, device=plan.device_type, settings=settings),
     )
-    trainer = variant_parts(variant).trainer
-    return trainer.Config(**kwargs, **trainer.backend_fields(plan, init_dir))
+    return trainer.Config(**kwargs, **backend)
 
 
 #: spec fields that may differ between the nodes of one job (each node's own business)
