@@ -15,7 +15,7 @@ import pytest
 import torch
 from torchtitan.models.common.attention import create_varlen_metadata_for_document
 
-from qwen3_trn_helpers.model.attention import DocumentMaskedSDPA
+from qwen3_trn_helpers.model.attention import DocumentMaskedSDPA, mark_document_count_dynamic
 from qwen3_trn_helpers.model.moe_blockwise import blockwise_mapping, kernel_weights
 from qwen3_trn_helpers.training import compile as tc
 from qwen3_trn_helpers.training.plan import plan_run
@@ -80,25 +80,31 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
-def test_document_attention_compiles_with_symbolic_document_counts(fresh_dynamo):
-    """The bug a user met with --compile.enable: SDPA got a SymBool for ``is_causal``.
+def test_document_attention_is_one_graph_for_every_packing(fresh_dynamo):
+    """The bug a user met with --compile.enable: SDPA got a SymBool for ``is_causal``;
+    and no recompile mid-run when a batch packs another number of documents.
 
-    ``dynamic=True`` makes the document count symbolic from the first call, as dynamo's
-    automatic dynamic shapes do after the count changes once in training.
+    The trainer marks the boundaries' length dynamic on each batch
+    (``mark_document_count_dynamic``), so the first compile is the only one.
     """
+    from torch._dynamo.testing import CompileCounterWithBackend
+
     attn = DocumentMaskedSDPA.Config().build()
-    compiled = torch.compile(attn, backend="aot_eager", fullgraph=True, dynamic=True)
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(attn, backend=counter, fullgraph=True)
     torch.manual_seed(0)
     for positions in (
-        torch.arange(16).expand(2, 16),  # one document per sample: is_causal
+        torch.arange(16).expand(2, 16),  # one document per sample: is_causal in eager
         torch.tensor([list(range(5)) + list(range(11)), list(range(16))]),  # 3 documents
         torch.tensor([list(range(3)) + list(range(6)) + list(range(7)), list(range(16))]),
     ):
         q, k, v = (torch.randn(2, 16, n, 8) for n in (4, 2, 2))
         meta = create_varlen_metadata_for_document(positions)
+        mark_document_count_dynamic(meta)
         got = compiled(q, k, v, attention_masks=meta, enable_gqa=True)
         want = attn(q, k, v, attention_masks=meta, enable_gqa=True)
         torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+    assert counter.frame_count == 1
 
 
 def test_blockwise_mapping_is_one_graph(fresh_dynamo):

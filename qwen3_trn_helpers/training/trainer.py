@@ -122,6 +122,15 @@ class _RunScope:
             check_same_versions(self.config.qwen3_trn.settings)  # type: ignore[attr-defined]
         return parallel_dims
 
+    def post_dataloading_process(self, input_dict, labels):
+        """torchtitan's batch preparation; compiled, the document count made symbolic."""
+        inputs, labels, extra = super().post_dataloading_process(input_dict, labels)  # type: ignore[misc]
+        if self._compiles:
+            from ..model.attention import mark_document_count_dynamic
+
+            mark_document_count_dynamic(extra.get("attention_masks"))
+        return inputs, labels, extra
+
     def forward_backward_step(self, **kwargs: Any) -> torch.Tensor:
         loss = super().forward_backward_step(**kwargs)  # type: ignore[misc]
         self._local_losses.append(loss.detach())
