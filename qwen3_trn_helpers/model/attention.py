@@ -12,7 +12,9 @@ swap is one line in the ``Trainer.Config`` and one line in torchtitan's log:
   torchtitan's flex/varlen masks. When every sample holds a single document (most
   samples at short sequence lengths) that is plain causal attention and runs as
   ``is_causal=True`` with no mask; otherwise one dense boolean mask is built per
-  forward pass and shared by every layer.
+  forward pass and shared by every layer. Compiled (``--compile``), the mask is
+  always built inside the graph from the document boundaries, whose number is a
+  symbolic size: one graph for every packing, no recompile mid-run.
 - :func:`causal_sdpa` (``attention="causal"``, the trn2 default, as in AWS's recipe):
   torchtitan's own ``ScaledDotProductAttention``: plain causal, no mask at all, so
   documents packed into one sample can see each other (RoPE positions still restart
@@ -68,10 +70,8 @@ class DocumentMaskedSDPA(VarlenAttention):
     _last: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _mask(self, cu_seq: torch.Tensor, batch: int, seq_len: int) -> torch.Tensor:
-        if torch.compiler.is_compiling():
-            # inside a compiled block the mask is part of the graph (a few fused integer
-            # ops): a Python-side cache would be a side effect dynamo cannot keep
-            return document_causal_mask(cu_seq, batch, seq_len)
+        # eager only: inside a compiled block the mask is part of the graph (a few fused
+        # integer ops), and a Python-side cache would be a side effect dynamo cannot keep
         last = DocumentMaskedSDPA._last
         if last is not None and last[0] is cu_seq and last[1].shape[-1] == seq_len:
             return last[1]
@@ -98,11 +98,16 @@ class DocumentMaskedSDPA(VarlenAttention):
         batch, seq_len = q_BLNH.shape[:2]
         cu_seq = attention_masks.cu_seq_q
         q, k, v = (x.transpose(1, 2) for x in (q_BLNH, k_BLNH, v_BLNH))
-        # One start per sample (and the end): a shape test, no device sync. Under
-        # torch.compile the document count is a symbolic size, so the test is a branch
-        # (dynamo guards on it and keeps one graph per side), never a value passed on:
-        # SDPA's ``is_causal`` takes a Python bool, not a SymBool.
-        if cu_seq.numel() == batch + 1:
+        if torch.compiler.is_compiling():
+            # One graph for every packing: the mask from the boundaries, whatever their
+            # number (a symbolic size, see mark_document_count_dynamic). A branch on the
+            # count would be a guard, and each new side or count a recompile mid-run.
+            mask = document_causal_mask(cu_seq, batch, seq_len)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, scale=scale, enable_gqa=enable_gqa
+            )
+        # One start per sample (and the end): a shape test, no device sync.
+        elif cu_seq.numel() == batch + 1:
             out = F.scaled_dot_product_attention(
                 q, k, v, is_causal=True, scale=scale, enable_gqa=enable_gqa
             )
@@ -112,6 +117,18 @@ class DocumentMaskedSDPA(VarlenAttention):
                 q, k, v, attn_mask=mask, scale=scale, enable_gqa=enable_gqa
             )
         return out.transpose(1, 2)
+
+
+def mark_document_count_dynamic(masks: object) -> None:
+    """Compile the document boundaries' length as a symbolic size from the first step.
+
+    Called on each batch's attention metadata before the compiled blocks see it.
+    Otherwise dynamo compiles the first batch's document count as a constant and
+    compiles again, seconds to minutes, at the first batch that packs another count.
+    """
+    if isinstance(masks, VarlenMetadata):
+        for boundaries in {id(t): t for t in (masks.cu_seq_q, masks.cu_seq_k)}.values():
+            torch._dynamo.maybe_mark_dynamic(boundaries, 0)
 
 
 @override(

@@ -165,7 +165,11 @@ def kernel_weights(
     w1_EFD: torch.Tensor, w2_EDF: torch.Tensor, w3_EFD: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """torchtitan's expert weights -> the kernel's [E,H,2,I] gate_up and [E,I,H] down."""
-    gate_up = torch.stack((w1_EFD.transpose(1, 2), w3_EFD.transpose(1, 2)), dim=2)
+    # Stacked first, transposed after: the same values and layout as stacking the
+    # transposes, but inductor's CPU kernel for a cat/stack of transposed bf16 inputs
+    # (torch 2.14, AVX-512: the 32x32 bf16 transpose tile inside a cat) writes wrong
+    # values, which made compiled bf16 blockwise blocks give NaN losses.
+    gate_up = torch.stack((w1_EFD, w3_EFD), dim=1).permute(0, 3, 1, 2).contiguous()
     return gate_up, w2_EDF.transpose(1, 2)
 
 

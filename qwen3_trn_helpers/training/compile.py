@@ -24,9 +24,7 @@ run:
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
-from typing import Any
 
 #: torch.compile backend per device type. "neuron": AWS Neuron 2.33 docs, torch.compile
 #: backend reference (``torch.compile(model, backend="neuron")``)
@@ -102,40 +100,6 @@ def use_package_caches(
         return {}
     environ[var] = str(folder())
     return {var: environ[var]}
-
-
-def eager_blocks_reason(config: Any, device_type: str) -> str | None:
-    """Why a run's transformer blocks must stay eager under compile, or None.
-
-    One known case: the blockwise MoE experts' PyTorch reference in bf16 under inductor
-    on a CPU gives a NaN loss at step 1 (torch 2.14, torchtitan 0.3.0; fp32 compiles and
-    matches eager, and torchtitan's own grouped_mm experts compile in bf16). Not
-    understood yet, so not worked around inside the graph: those blocks run eager and
-    the loss is still compiled. tests/test_compile.py fails once it is no longer needed.
-    """
-    from ..model.moe_blockwise import OVERRIDE
-
-    # entries are a target's name, or (name, its keyword arguments)
-    imports = config.override.imports or []
-    blockwise = any((i[0] if isinstance(i, tuple | list) else i) == OVERRIDE for i in imports)
-    bf16 = config.training.mixed_precision_param == "bfloat16"
-    if blockwise and bf16 and device_type != "neuron" and "model" in config.compile.components:
-        return (
-            "note: --compile: nki_moe's blockwise experts give a NaN loss under inductor "
-            "in bf16 on this device (torch 2.14), so its transformer blocks run eager and "
-            "only the loss is compiled; --mixed-precision float32 or --moe-impl "
-            "grouped_mm compiles the blocks too"
-        )
-    return None
-
-
-def keep_known_failures_eager(config: Any, device_type: str) -> str | None:
-    """Take ``model`` out of ``config.compile.components`` where it is known to fail."""
-    reason = eager_blocks_reason(config, device_type)
-    if reason:
-        config.compile.components = [c for c in config.compile.components if c != "model"]
-        print(reason, file=sys.stderr, flush=True)
-    return reason
 
 
 #: dynamo settings torchtitan 0.3.0's ``apply_compile`` sets for the whole process

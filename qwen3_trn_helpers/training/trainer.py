@@ -44,7 +44,7 @@ from torchtitan.trainer import Trainer
 from ..errors import PEER_LOST, ConfigError, NonFiniteLoss, TrainingError
 from ..model.variants import BlockwiseMoE, TorchtitanQwen3, TransformersV5, Variant
 from . import patches
-from .compile import keep_dynamo_settings, keep_known_failures_eager, use_package_caches
+from .compile import keep_dynamo_settings, use_package_caches
 from .patches import Patch
 from .plan import Plan
 from .stopping import StopRequest, agreed
@@ -100,7 +100,6 @@ class _RunScope:
             self._compiles = config.compile.enable  # --compile, or torchtitan's --compile.enable
             if self._compiles:
                 use_package_caches(options.device)
-                keep_known_failures_eager(config, options.device)
                 self._scope.enter_context(keep_dynamo_settings())
             super().__init__(config)  # type: ignore[call-arg]
             if options.device == "cpu" and world > 1:
@@ -122,6 +121,15 @@ class _RunScope:
         if self.config.comm.mode == "default":  # type: ignore[attr-defined]
             check_same_versions(self.config.qwen3_trn.settings)  # type: ignore[attr-defined]
         return parallel_dims
+
+    def post_dataloading_process(self, input_dict, labels):
+        """torchtitan's batch preparation; compiled, the document count made symbolic."""
+        inputs, labels, extra = super().post_dataloading_process(input_dict, labels)  # type: ignore[misc]
+        if self._compiles:
+            from ..model.attention import mark_document_count_dynamic
+
+            mark_document_count_dynamic(extra.get("attention_masks"))
+        return inputs, labels, extra
 
     def forward_backward_step(self, **kwargs: Any) -> torch.Tensor:
         loss = super().forward_backward_step(**kwargs)  # type: ignore[misc]
