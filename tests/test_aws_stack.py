@@ -75,6 +75,7 @@ def fork_on_path(tmp_path):
     return tmp_path / "fork"
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_reproduce_on_the_fork_shows_both_stacks(fork_on_path, tmp_path):
     out = tmp_path / "repro"

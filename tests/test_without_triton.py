@@ -74,6 +74,7 @@ def test_pth_written_only_where_triton_is_missing(tmp_path, monkeypatch):
     assert not (tmp_path / without_triton.PTH_NAME).exists()
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_every_variant_trains_without_triton(tmp_path):
     """One child: torchtitan's own entry point through the .pth setup.sh writes, then
