@@ -17,6 +17,7 @@ from qwen3_trn_helpers.model.shapes import QWEN3_30B_A3B
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.long
 def test_30b_a3b_layout_from_the_command_line():
     """The 30B-A3B layout (FSDP 64, full activation checkpointing), 1 of its 48 layers.
 

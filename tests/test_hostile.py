@@ -595,7 +595,9 @@ def test_a_failed_removal_is_named_and_leaves_a_folder_overwrite_can_use(
 # --- round 4: Ctrl-C during a save on several ranks ---------------------------------------------
 
 
-def test_ctrl_c_that_surfaces_as_a_write_error_is_still_a_ctrl_c(tmp_path, monkeypatch, capsys):
+def test_ctrl_c_that_surfaces_as_a_write_error_is_still_a_ctrl_c(
+    tmp_path, monkeypatch, capsys, request
+):
     """With --nproc 2 a Ctrl-C during a save reached rank 0 as DCP's write error (its
     peer had stopped): the terminal said `interrupted`, run.json `failed`. The stop the
     process received decides, whatever error it caused; each rank's run is the same."""
@@ -609,6 +611,10 @@ def test_ctrl_c_that_surfaces_as_a_write_error_is_still_a_ctrl_c(tmp_path, monke
         raise CheckpointException("save failed", {0: (OSError(5, "write failed"), None)})
 
     monkeypatch.setattr(dcp, "save", save_cut_by_ctrl_c)
+    # Ctrl-C as a terminal delivers it: a suite started in the background of a
+    # non-interactive shell inherits SIGINT ignored, and the CLI then leaves it so
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     out = tmp_path / "run"
     argv = ["train", "--steps", "3", "--checkpoint-interval", "1", "--out", str(out)]
     assert main([*argv, "--no-progress"]) == 130

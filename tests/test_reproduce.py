@@ -21,6 +21,7 @@ LN_VOCAB = math.log(VOCAB_SIZE)
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.long
 def test_cli_reproduce_native(tmp_path, published_tiny):
     out = tmp_path / "rep"
     cmd = [sys.executable, "-m", "qwen3_trn_helpers", "reproduce", "--variant", "native",
