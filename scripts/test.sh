@@ -3,11 +3,11 @@
 # CI runs exactly this. Independent test files run on all cores (pytest-xdist; a
 # notebook's cells stay together in one worker).
 #
-#   scripts/test.sh            # everything (about 11 minutes on 2 cores, new venv)
+#   scripts/test.sh            # the suite (under 10 minutes on 2 cores from a clean clone)
 #   scripts/test.sh --fast     # the inner loop: tests not marked slow, no notebooks
 #   scripts/test.sh --install  # the workshop wheelhouse: built from the package index,
 #                              #   installed offline into a new venv (CI runs it after)
-#   scripts/test.sh --long     # multi-process fault checks and compiled-vs-eager runs
+#   scripts/test.sh --long     # multi-process and end-to-end checks, compiled-vs-eager runs
 #                              #   (a minute or more each; its own CI step, after the suite)
 #   scripts/test.sh --site     # the course's static site: built (notebooks executed),
 #                              #   then checked in Chromium (its own CI step)
