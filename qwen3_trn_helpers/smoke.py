@@ -439,6 +439,7 @@ def _climb(
     across: RunSpec | None = None,
 ) -> None:
     from .runs.child import run_child
+    from .runs.lifeline import watched
     from .runs.neuron_cores import neuron_rank_environment, one_process_share_environment
 
     log = out / f"{rung.name}.log"
@@ -453,7 +454,10 @@ def _climb(
     # a timeout, Ctrl-C or SIGTERM stops the rung's whole process group (torchrun's
     # workers, whatever holds NeuronCores) before the ladder goes on or stops
     timeout = rung.timeout_s + (across.rdzv_timeout if across else 0)  # (waits for the nodes)
-    proc = run_child(_command(rung, out, across), log=log, env=env, timeout=timeout)
+    # under a watch of this process (runs/lifeline.py): a ladder killed outright, even
+    # while its nodes still meet, takes torchrun and the rung's ranks with it
+    cmd = watched(_command(rung, out, across))
+    proc = run_child(cmd, log=log, env=env, timeout=timeout)
     rung.seconds = proc.seconds
     if proc.timed_out:
         rung.status, rung.reason = "fail", f"no answer within {timeout:.0f} s (log: {log})"
