@@ -203,8 +203,9 @@ def test_raw_torchrun_ranks_stay_in_the_share(tmp_path, monkeypatch):
 
     monkeypatch.setenv(CLASS_SLICE_ENV, "8-15")
     prefix = share_torchrun_prefix(2)
-    report = (
-        "import os; print('core', os.environ['LOCAL_RANK'], os.environ['NEURON_RT_VISIBLE_CORES'])"
+    report = (  # one write per line: two ranks' prints share a pipe and can interleave
+        "import os; os.write(1, ('core %s %s\\n' % (os.environ['LOCAL_RANK'], "
+        "os.environ['NEURON_RT_VISIBLE_CORES'])).encode())"
     )
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
