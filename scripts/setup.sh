@@ -126,17 +126,34 @@ if [ -n "$wheelhouse" ]; then
   checked=$("$py" -m qwen3_trn_helpers.wheelhouse verify "$wheelhouse") || exit 1
   requirement=$(echo "$checked" | sed -n 1p)
   published=$(echo "$checked" | sed -n 2p)
+  # what it installs is the wheelhouse's choice, made when it was built
+  wanted_site=$site
+  extras=$(echo "$requirement" | sed -n 's/^[^[]*\[\([^]]*\)\].*/\1/p')
+  if [ "$wanted_site" = 1 ] && [[ ",$extras," != *",site,"* ]]; then
+    echo "error: --site: the wheelhouse $wheelhouse holds no Sphinx (its requirement is" \
+      "$requirement); install the site extra from the package index instead:" \
+      "scripts/setup.sh --install-only --site" >&2
+    exit 2
+  fi
 fi
 
 # Reinstall only when pyproject.toml (or the Neuron pins, the torch index, the
-# wheelhouse) changed since the last install.
+# wheelhouse) changed since the last install, or an extra is asked for that it lacks
+# (`--site` after a plain install). The stamp holds that hash, then the extras installed.
 stamp="$VENV/.qwen3-trn-installed"
 # (hashed by Python: macOS has no sha256sum)
 want=$({ cat pyproject.toml ${constraints:+"$constraints"}
   if [ -n "$torch_index" ]; then echo "torch index: $torch_index"; fi
   if [ -n "$wheelhouse" ]; then cat "$wheelhouse/manifest.json"; fi; } \
   | "$py" -c "import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+had=$(sed -n 1p "$stamp" 2>/dev/null || true)
+had_extras=""
+[ "$had" = "$want" ] && had_extras=$(sed -n 2p "$stamp" 2>/dev/null || true)
+lacking=""
+for extra in ${extras//,/ }; do
+  case ",$had_extras," in *",$extra,"*) ;; *) lacking="$lacking $extra" ;; esac
+done
+if [ "$had" != "$want" ] || [ -n "$lacking" ]; then
   if [ -n "$wheelhouse" ]; then
     # --isolated: no pip configuration or PIP_* variable adds an index or a find-links
     # folder; everything comes from the wheelhouse or the install fails
@@ -180,7 +197,12 @@ print(next(r for r in cpu if re.match(r'torch\s*==', r)).replace(' ', ''))")
     echo "installing: pip install ${constraints:+-c $constraints }-e .[$extras]"
     "$py" -m pip install --quiet ${constraints:+-c "$constraints"} -e ".[$extras]"
   fi
-  echo "$want" > "$stamp"
+  # extras installed before with the same pyproject.toml stay installed: keep them listed
+  installed=$extras
+  for extra in ${had_extras//,/ }; do
+    case ",$installed," in *",$extra,"*) ;; *) installed="$installed,$extra" ;; esac
+  done
+  printf '%s\n%s\n' "$want" "$installed" > "$stamp"
 fi
 
 # Where triton cannot be installed (macOS, Windows) torchtitan's own entry point needs

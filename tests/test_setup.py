@@ -114,14 +114,18 @@ def test_setup_refuses_a_cpu_venv_that_would_hide_the_neuron_torch(neuron_venv, 
     assert "has its own torch" in proc.stderr and f"rm -rf {target}" in proc.stderr
 
 
-def _prepared_venv(target: Path, stamp_inputs: bytes, cli_status: str) -> Path:
+def _prepared_venv(
+    target: Path, stamp_inputs: bytes, cli_status: str, extras: str = "cpu,notebooks,test"
+) -> Path:
     """A project venv as a previous install left it (stamp current, so setup skips pip),
     whose ``qwen3-trn`` is a stand-in that records its arguments: this tests setup's
     order of steps, not our CLI (other tests cover that)."""
     import hashlib
 
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target)], check=True)
-    (target / ".qwen3-trn-installed").write_text(hashlib.sha256(stamp_inputs).hexdigest() + "\n")
+    (target / ".qwen3-trn-installed").write_text(
+        hashlib.sha256(stamp_inputs).hexdigest() + "\n" + extras + "\n"
+    )
     calls = target / "calls.txt"
     stand_in = target / "bin" / "qwen3-trn"
     stand_in.write_text(
@@ -141,7 +145,7 @@ def _neuron_stamp() -> bytes:
 @pytest.mark.parametrize("ladder_status", [0, 1])
 def test_setup_on_trn2_climbs_the_ladder_instead_of_training(neuron_venv, tmp_path, ladder_status):
     target = tmp_path / "project-venv"
-    calls = _prepared_venv(target, _neuron_stamp(), str(ladder_status))
+    calls = _prepared_venv(target, _neuron_stamp(), str(ladder_status), "notebooks,test,neuron")
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts" / "setup.sh")],
         cwd=ROOT, env=_setup_env(neuron_venv, target, tmp_path), capture_output=True,
@@ -170,3 +174,36 @@ def test_setup_on_a_cpu_keeps_its_ten_step_run(tmp_path):
     steps = calls.read_text().splitlines()
     assert steps[0] == "assets" and len(steps) == 2
     assert steps[1].startswith("train --variant native --steps 10 --local-batch-size 1")
+
+
+def test_site_after_a_plain_install_installs_the_site_extra(tmp_path):
+    """CI runs the plain suite, then `scripts/test.sh --site` in the same .venv: the stamp
+    of the plain install is current, yet Sphinx is not there. Setup must see the lacking
+    extra (it once skipped pip, and the site build failed: "No module named sphinx"), and
+    a plain setup afterwards must not reinstall."""
+    target = tmp_path / "cpu-project-venv"
+    _prepared_venv(target, (ROOT / "pyproject.toml").read_bytes(), "0")
+    asked = target / "pip-args.txt"
+    pip = _site(target / "bin" / "python") / "pip"
+    pip.mkdir()
+    (pip / "__init__.py").write_text("")
+    (pip / "__main__.py").write_text(  # a stand-in pip: records what it was asked
+        f"import sys\nopen({str(asked)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+    )
+    env = {**os.environ, "PYTHON": sys.executable, "QWEN3_TRN_VENV": str(target)}
+
+    def setup(*flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", str(ROOT / "scripts" / "setup.sh"), "--install-only", *flags],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    plain = setup()
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert not asked.exists()  # the stamp was current for the plain extras: no pip
+    site = setup("--site")
+    assert site.returncode == 0, site.stdout + site.stderr
+    assert asked.read_text().split() == ["install", "--quiet", "-e", ".[cpu,notebooks,test,site]"]
+    again = setup()
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert len(asked.read_text().splitlines()) == 1  # site is a superset: no second pip
