@@ -873,6 +873,31 @@ def test_launch_settings_are_compared_as_data(tmp_path):
     assert everyone_read(1, other) and not everyone_read(1, [entry(1, 2), entry(2, 1)])
 
 
+def test_every_torchrun_setting_is_compared_between_nodes():
+    """What each node publishes is every setting torchrun takes that the ranks cannot
+    compare: a node started with another --max-restarts gives up while the others wait
+    for a round it never joins; that, too, stops every node with one line."""
+    from qwen3_trn_helpers.runs.rendezvous import launch_mismatch
+    from qwen3_trn_helpers.runs.torchrun import launch_settings
+    from qwen3_trn_helpers.training.plan import plan_run
+    from qwen3_trn_helpers.training.spec import RunSpec
+
+    def settings(**fields):
+        spec = RunSpec(nnodes=2, rdzv_endpoint="10.0.0.1:29400", out="runs/x",
+                       resume="auto", checkpoint_interval=5, **fields)  # fmt: skip
+        return launch_settings(plan_run(spec, device_type="cpu"))
+
+    mine = settings(max_restarts=3)
+    assert set(mine) == {"--nnodes", "--nproc", "--max-restarts", "--rdzv-timeout"}
+    entries = [
+        {"index": 1, "seen": 2, "host": "a", "pid": 1, "settings": mine},
+        {"index": 2, "seen": 2, "host": "b", "pid": 2, "settings": settings(max_restarts=0)},
+    ]
+    assert launch_mismatch(1, entries).startswith("--max-restarts differs between nodes: 3 here")
+    entries[1]["settings"] = settings(max_restarts=3, rdzv_timeout=60)
+    assert launch_mismatch(2, entries).startswith("--rdzv-timeout differs between nodes: 60 here")
+
+
 def test_launch_settings_go_through_a_real_store():
     """Against a TCPStore as torchrun hosts it: each node gets its own number, reads
     every entry, and records how many it has read."""

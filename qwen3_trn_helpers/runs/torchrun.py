@@ -249,8 +249,16 @@ def _launch_in(
 
 def launch_settings(plan: Plan) -> dict[str, int]:
     """What torchrun takes and the ranks cannot compare among themselves: nodes started
-    with another --nnodes never meet (or meet as a job of the other node's size)."""
-    return {"--nnodes": plan.nnodes, "--nproc": plan.nproc}
+    with another --nnodes never meet (or meet as a job of the other node's size); with
+    another --max-restarts, the node that gives up first leaves the others waiting out
+    the rendezvous timeout for a round it never joins; with another --rdzv-timeout the
+    nodes disagree about how long a missing node is waited for."""
+    return {
+        "--nnodes": plan.nnodes,
+        "--nproc": plan.nproc,
+        "--max-restarts": plan.spec.max_restarts,
+        "--rdzv-timeout": plan.spec.rdzv_timeout,
+    }
 
 
 #: seconds past --rdzv-timeout a launch waits for torchrun to start its ranks
