@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -65,6 +66,8 @@ def test_notebook_lint(path: Path):
             # a failing !cmd or %magic does not fail nbval, so none are allowed
             assert not MAGIC.search(src), f"{path.name}: shell escape or magic in {src!r}"
         assert not ABS_PATH.search(src), f"{path.name}: absolute path in {src[:80]!r}"
+        # a folder that outlives the kernel: each run of 03 once left 309 MB in /tmp
+        assert "mkdtemp" not in src, f"{path.name}: use lessons.scratch_folder"
     first = "".join(cells[0]["source"])
     assert first.startswith("# ") and "**Goal.**" in first and "Expected time" in first
     # the exercises (ending with how to shut the kernel down), then the sources
@@ -73,6 +76,46 @@ def test_notebook_lint(path: Path):
     assert last.startswith("## References") and "https://" in last
     solution = re.search(r"notebooks/solutions/(s\d\d_\w+\.py)", exercises)
     assert solution and (ROOT / "notebooks/solutions" / solution.group(1)).exists()
+
+
+def test_a_notebooks_scratch_folder_goes_with_its_kernel():
+    """The folder a notebook trains into stays while the kernel runs (even when the
+    notebook keeps only the Path); it is gone once the kernel exits, and a kernel killed
+    outright (as nbval stops kernels) leaves it only until that notebook's next run."""
+    import signal
+
+    script = (
+        "import gc, os, signal, sys\n"
+        "from qwen3_trn_helpers.lessons import scratch_folder\n"
+        "work = scratch_folder('97')\n"
+        "(work / 'rep').mkdir()\n"
+        "(work / 'rep' / 'weights.bin').write_bytes(b'0' * 1024)\n"
+        "gc.collect()\n"
+        "assert (work / 'rep' / 'weights.bin').exists()\n"
+        "print(work, flush=True)\n"
+        "if sys.argv[1] == 'kill': os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+
+    def kernel(end: str) -> tuple[Path, int]:
+        proc = subprocess.run([sys.executable, "-c", script, end], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        return Path(proc.stdout.strip()), proc.returncode
+
+    work, status = kernel("exit")
+    assert status == 0 and work.name.startswith("qwen3-trn-97-") and not work.exists()
+    killed, status = kernel("kill")
+    assert status == -signal.SIGKILL and (killed / "rep" / "weights.bin").exists()
+    live = killed.parent / f"qwen3-trn-97-{os.getpid()}-live"  # a running kernel's
+    other = killed.parent / "qwen3-trn-970-1-other"  # another notebook's
+    try:
+        live.mkdir()
+        other.mkdir()
+        again, status = kernel("exit")  # the notebook's next run
+        assert status == 0 and not again.exists()
+        assert not killed.exists() and live.exists() and other.exists()
+    finally:
+        for folder in (killed, live, other):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.mark.skipif(

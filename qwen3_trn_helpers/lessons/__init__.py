@@ -41,6 +41,7 @@ EXPORTS = {
     "predicted_sigma": "init_loss",
     "reproduce": "reproduction",
     "reproduction_specs": "reproduction",
+    "scratch_folder": "scratch",
     "section_rows": "torchtitan_view",
     "stack_figure": "stack",
     "Table": "tables",

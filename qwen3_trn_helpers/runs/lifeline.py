@@ -43,7 +43,8 @@ def launcher_environment(env: dict[str, str]) -> dict[str, str]:
     return {**env, LAUNCHER_ENV: str(os.getpid())}
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process with ``pid`` exists (ours or another user's)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -66,7 +67,7 @@ def bind_rank(out: Path | None, *, hold_folder: bool) -> None:
     if not launcher or not launcher.isdigit():
         return  # started by hand (torchrun ... qwen3-trn train): nothing to watch
     launcher_pid, torchrun_pid = int(launcher), os.getppid()
-    if not _alive(launcher_pid):
+    if not process_alive(launcher_pid):
         _stop(launcher_pid, torchrun_pid)
     threading.Thread(
         target=_watch, args=(launcher_pid, torchrun_pid), name="qwen3-trn-lifeline", daemon=True
@@ -74,7 +75,7 @@ def bind_rank(out: Path | None, *, hold_folder: bool) -> None:
 
 
 def _watch(launcher_pid: int, torchrun_pid: int) -> None:
-    while _alive(launcher_pid) and os.getppid() == torchrun_pid:
+    while process_alive(launcher_pid) and os.getppid() == torchrun_pid:
         time.sleep(POLL_S)
     _stop(launcher_pid, torchrun_pid)
 
