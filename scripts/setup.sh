@@ -138,11 +138,13 @@ if [ -n "$wheelhouse" ]; then
 fi
 
 # Reinstall only when pyproject.toml (or the Neuron pins, the torch index, the
-# wheelhouse) changed since the last install, or an extra is asked for that it lacks
-# (`--site` after a plain install). The stamp holds that hash, then the extras installed.
+# wheelhouse, the checkout: the package is installed editable, from this folder) changed
+# since the last install, or an extra is asked for that it lacks (`--site` after a plain
+# install). The stamp holds that hash, then the extras installed.
 stamp="$VENV/.qwen3-trn-installed"
 # (hashed by Python: macOS has no sha256sum)
 want=$({ cat pyproject.toml ${constraints:+"$constraints"}
+  echo "checkout: $(pwd -P)"
   if [ -n "$torch_index" ]; then echo "torch index: $torch_index"; fi
   if [ -n "$wheelhouse" ]; then cat "$wheelhouse/manifest.json"; fi; } \
   | "$py" -c "import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")

@@ -123,6 +123,7 @@ def _prepared_venv(
     import hashlib
 
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target)], check=True)
+    stamp_inputs += f"checkout: {ROOT}\n".encode()  # the editable install's folder
     (target / ".qwen3-trn-installed").write_text(
         hashlib.sha256(stamp_inputs).hexdigest() + "\n" + extras + "\n"
     )
@@ -181,6 +182,8 @@ def test_site_after_a_plain_install_installs_the_site_extra(tmp_path):
     of the plain install is current, yet Sphinx is not there. Setup must see the lacking
     extra (it once skipped pip, and the site build failed: "No module named sphinx"), and
     a plain setup afterwards must not reinstall."""
+    import hashlib
+
     target = tmp_path / "cpu-project-venv"
     _prepared_venv(target, (ROOT / "pyproject.toml").read_bytes(), "0")
     asked = target / "pip-args.txt"
@@ -207,3 +210,11 @@ def test_site_after_a_plain_install_installs_the_site_extra(tmp_path):
     again = setup()
     assert again.returncode == 0, again.stdout + again.stderr
     assert len(asked.read_text().splitlines()) == 1  # site is a superset: no second pip
+    # the same venv used from another checkout (CI's venv outside the repository, kept
+    # between clones): its editable install points at the old folder, so pip runs again
+    stamp = target / ".qwen3-trn-installed"
+    inputs = (ROOT / "pyproject.toml").read_bytes() + b"checkout: /elsewhere/qwen3-trn\n"
+    stamp.write_text(hashlib.sha256(inputs).hexdigest() + "\ncpu,notebooks,test,site\n")
+    moved = setup()
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    assert len(asked.read_text().splitlines()) == 2
