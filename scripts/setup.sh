@@ -152,9 +152,11 @@ had=$(sed -n 1p "$stamp" 2>/dev/null || true)
 had_extras=""
 [ "$had" = "$want" ] && had_extras=$(sed -n 2p "$stamp" 2>/dev/null || true)
 lacking=""
+set -f  # the extras are words, never file patterns
 for extra in ${extras//,/ }; do
   case ",$had_extras," in *",$extra,"*) ;; *) lacking="$lacking $extra" ;; esac
 done
+set +f
 if [ "$had" != "$want" ] || [ -n "$lacking" ]; then
   if [ -n "$wheelhouse" ]; then
     # --isolated: no pip configuration or PIP_* variable adds an index or a find-links
@@ -201,9 +203,11 @@ print(next(r for r in cpu if re.match(r'torch\s*==', r)).replace(' ', ''))")
   fi
   # extras installed before with the same pyproject.toml stay installed: keep them listed
   installed=$extras
+  set -f
   for extra in ${had_extras//,/ }; do
     case ",$installed," in *",$extra,"*) ;; *) installed="$installed,$extra" ;; esac
   done
+  set +f
   printf '%s\n%s\n' "$want" "$installed" > "$stamp"
 fi
 
