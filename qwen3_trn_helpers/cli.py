@@ -17,7 +17,7 @@ from dataclasses import MISSING, fields
 from typing import Any
 
 from .assets import hub_offline
-from .errors import Qwen3TrnError, RunFolderError, Terminated, terminate_on_sigterm
+from .errors import ConfigError, Qwen3TrnError, RunFolderError, Terminated, terminate_on_sigterm
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -176,6 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="print a Slurm batch script that trains on --nnodes nodes (any train flag)",
     )
     add_spec_arguments(slurm)
+    slurm.add_argument(
+        "--container-image",
+        default=None,
+        metavar="IMAGE",
+        help="run every node's steps in this image with Pyxis (srun --container-image; "
+        "docker/Dockerfile's image, named as enroot does: REGISTRY#NAME:TAG)",
+    )
     k8s = sub.add_parser(
         "k8s",
         parents=[debug],
@@ -201,6 +208,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="EFA interfaces each trn2 pod requests (default: 16, all of a trn2.48xlarge's)",
     )
+
+    add_data_parser(sub, debug, quiet)
+    for job in (slurm, k8s):
+        # a job file states its length: no silent default of a few steps on a cluster
+        job.set_defaults(steps=None)
+        job.add_argument(
+            "--allow-hub-corpus",
+            action="store_true",
+            help="let every rank of a several-node job stream its corpus from the Hugging "
+            "Face hub (default: refused; prepare it on shared storage with "
+            "'qwen3-trn data prepare')",
+        )
 
     sub.add_parser("doctor", parents=[debug], help="what this machine offers for training")
     assets = sub.add_parser(
@@ -259,6 +278,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="leave out the local 'published' checkpoints (laptops then pretrain them, ~1.5 min)",
     )
     return parser
+
+
+def add_data_parser(
+    sub: Any, debug: argparse.ArgumentParser, quiet: argparse.ArgumentParser
+) -> None:
+    """``qwen3-trn data prepare``: a pre-tokenized corpus for shared storage (prepared.py)."""
+    from .prepared import SHARD_TOKENS
+
+    positive = lambda t: _number(int, 1, t)  # noqa: E731
+    data = sub.add_parser("data", parents=[debug], help="corpora for cluster jobs")
+    verbs = data.add_subparsers(dest="data_command", required=True, parser_class=_Parser)
+    prepare = verbs.add_parser(
+        "prepare",
+        parents=[debug, quiet],
+        help="tokenize a corpus into shards with a manifest (sizes, sha256, tokenizer) "
+        "that 'train --corpus DIR' reads without network",
+    )
+    prepare.add_argument("--corpus", required=True,
+                         help="any corpus train takes: embedded, a .txt/.jsonl file or folder, "
+                         "or a torchtitan dataset such as c4 (on a machine with network)",
+                         )  # fmt: skip
+    prepare.add_argument("--out", required=True, help="a new folder (on shared storage)")
+    prepare.add_argument("--tokenizer", default=None,
+                         help="folder with tokenizer.json (default: the offline Qwen3, as train)",
+                         )  # fmt: skip
+    prepare.add_argument("--max-documents", type=positive, default=None, metavar="N",
+                         help="stop after N documents (a hub corpus needs this or --max-tokens)",
+                         )  # fmt: skip
+    prepare.add_argument("--max-tokens", type=positive, default=None, metavar="N",
+                         help="stop after the document that reaches N tokens")  # fmt: skip
+    prepare.add_argument("--shard-tokens", type=positive, default=SHARD_TOKENS, metavar="N",
+                         help=f"tokens per shard file (default {SHARD_TOKENS:,}: ~1 GiB)",
+                         )  # fmt: skip
 
 
 def add_plan_parser(sub: Any, debug: argparse.ArgumentParser) -> None:
@@ -421,6 +473,11 @@ def _job_spec(args: argparse.Namespace):
     from .runs.schedulers import refuse_control_characters
     from .training.plan import on_trn2, plan_run
 
+    if args.steps is None:
+        raise ConfigError(
+            f"a job file needs --steps N (how long the job trains); e.g. qwen3-trn "
+            f"{args.command} --steps 1000 ..."
+        )
     spec = spec_from_args(args)
     # before anything reads a file: a newline in a path must not reach an error line
     # or a job file
@@ -430,6 +487,13 @@ def _job_spec(args: argparse.Namespace):
         spec = spec.replace(nproc=on_trn2(spec).nproc)
     # every input checked as the nodes will see it (preset, layout, memory), here
     plan = plan_run(spec, device_type=target)
+    if plan.corpus_streams and spec.nnodes > 1 and not args.allow_hub_corpus:
+        raise ConfigError(
+            f"corpus {plan.corpus!r} streams from the Hugging Face hub on every rank of "
+            f"{spec.nnodes} nodes (compute subnets often have no internet); prepare it once "
+            f"on shared storage with 'qwen3-trn data prepare --corpus {plan.corpus} --out "
+            "DIR --max-tokens N' and pass --corpus DIR, or pass --allow-hub-corpus"
+        )
     if target == "neuron":
         from .runs.run import warn_thin_slack
 
@@ -441,7 +505,7 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
     from .runs.schedulers import slurm_script
 
     spec, on_trn2 = _job_spec(args)
-    print(slurm_script(spec, on_trn2=on_trn2), end="")
+    print(slurm_script(spec, on_trn2=on_trn2, container_image=args.container_image), end="")
     return 0
 
 
@@ -457,6 +521,34 @@ def _cmd_k8s(args: argparse.Namespace) -> int:
     else:
         docs = trainjob_manifests(spec, **options)
     print(yaml.safe_dump_all(docs, sort_keys=False), end="")
+    return 0
+
+
+def _cmd_data(args: argparse.Namespace) -> int:
+    import shlex
+
+    from .corpus import is_local
+    from .prepared import prepare
+
+    # a hub corpus (c4) needs the network here, and only here: the nodes read the folder
+    args.scope.enter_context(hub_offline(is_local(args.corpus)))
+    manifest = prepare(
+        args.corpus,
+        args.out,
+        tokenizer=args.tokenizer,
+        max_documents=args.max_documents,
+        max_tokens=args.max_tokens,
+        shard_tokens=args.shard_tokens,
+        progress=not args.no_progress,
+    )
+    out = os.path.abspath(os.path.expanduser(args.out))
+    print(
+        f"prepared: {out}  {manifest['documents']:,} documents, {manifest['tokens']:,} "
+        f"tokens in {len(manifest['shards'])} shard(s)"
+    )
+    tokenizer = manifest["tokenizer"]
+    print(f"tokenizer: {tokenizer['path']} (sha256 {tokenizer['sha256'][:12]})")
+    print(f"train on it: qwen3-trn train --corpus {shlex.quote(out)} ...")
     return 0
 
 
@@ -576,6 +668,7 @@ COMMANDS = {
     "smoke": _cmd_smoke,
     "slurm": _cmd_slurm,
     "k8s": _cmd_k8s,
+    "data": _cmd_data,
     "doctor": _cmd_doctor,
     "assets": _cmd_assets,
     "wheelhouse": _cmd_wheelhouse,

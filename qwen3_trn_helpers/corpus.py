@@ -13,6 +13,8 @@ add a dataset):
   field ``text``), or a folder of them.
 - any dataset in torchtitan's own registry by name, e.g. ``c4`` (what AWS's trn2 runs
   train on), streamed from the Hugging Face hub.
+- a prepared folder (``qwen3-trn data prepare``, prepared.py): any of the above, already
+  tokenized, for shared storage and nodes without network.
 """
 
 from __future__ import annotations
@@ -229,9 +231,16 @@ def register_datasets() -> None:
     from torchtitan.hf_datasets import DatasetConfig
     from torchtitan.hf_datasets.text_datasets import DATASETS
 
+    from .prepared import DATASET_NAME, load_prepared
+
     DATASETS.setdefault(
         "qwen3_trn_text",
         DatasetConfig(path="", loader=_load_documents, sample_processor=lambda s: s["text"]),
+    )
+    # a prepared folder: its rows are token ids (training/prepared_loader.py reads them)
+    DATASETS.setdefault(
+        DATASET_NAME,
+        DatasetConfig(path="", loader=load_prepared, sample_processor=lambda s: s["tokens"]),
     )
 
 
@@ -245,5 +254,9 @@ def dataset_args(corpus: str | Path) -> tuple[str, str | None]:
         return "qwen3_trn_text", str(embedded_corpus_path(corpus))
     if not is_local(corpus) and corpus in DATASETS:
         return corpus, None  # torchtitan's own entry (e.g. c4, streamed from the hub)
+    from .prepared import DATASET_NAME, is_prepared
+
+    if is_prepared(corpus):
+        return DATASET_NAME, corpus
     read_documents(corpus)  # fail now, with a clear message, not inside the dataloader
     return "qwen3_trn_text", corpus

@@ -298,7 +298,7 @@ def test_an_ascii_terminal_still_gets_a_clean_run(tmp_path):
     prints the --out path without training, so the check costs a second, not a run."""
     env = dict(os.environ, PYTHONIOENCODING="ascii")
     proc = subprocess.run(
-        [sys.executable, "-m", "qwen3_trn_helpers", "slurm", "--nnodes", "2",
+        [sys.executable, "-m", "qwen3_trn_helpers", "slurm", "--nnodes", "2", "--steps", "2",
          "--out", str(tmp_path / "café")],  # a path the terminal cannot print
         capture_output=True, text=True, env=env, timeout=300, errors="replace",
     )  # fmt: skip

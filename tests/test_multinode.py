@@ -553,7 +553,8 @@ def test_slurm_path_check_names_the_node_and_the_path(tmp_path):
 
 def test_job_files_on_trn2_take_a_nodes_cores(capsys):
     """`--device neuron --preset 4b` without --nproc: 64 ranks per node, not a refusal."""
-    argv = ["slurm", "--nnodes", "2", "--device", "neuron", "--preset", "4b", "--out", "/fsx/r"]
+    argv = ["slurm", "--nnodes", "2", "--device", "neuron", "--preset", "4b", "--out", "/fsx/r",
+            "--steps", "2", "--allow-hub-corpus"]  # fmt: skip
     assert main(argv) == 0
     assert "--nproc 64" in capsys.readouterr().out
 
@@ -644,7 +645,8 @@ def test_trainjob_for_trn2_is_valid():
 def test_k8s_cli_prints_both_apis(capsys):
     import yaml
 
-    argv = ["k8s", "--nnodes", "2", "--device", "cpu", "--out", "/fsx/r", "--image", "img"]
+    argv = ["k8s", "--nnodes", "2", "--device", "cpu", "--out", "/fsx/r", "--image", "img",
+            "--steps", "2"]  # fmt: skip
     assert main(argv) == 0
     kinds = [d["kind"] for d in yaml.safe_load_all(capsys.readouterr().out)]
     assert kinds == ["TrainingRuntime", "TrainJob"]  # Trainer v2 by default

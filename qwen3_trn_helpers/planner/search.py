@@ -124,7 +124,10 @@ class LayoutPlan:
 
         c = candidate or self.best
         verb = "train" if self.nodes == 1 or self.machine.device_type != "neuron" else "slurm"
-        return shlex.join(["qwen3-trn", verb, *c.spec.to_argv()])
+        argv = c.spec.to_argv()
+        if verb == "slurm" and "--steps" not in argv:  # a job file states its length
+            argv = ["--steps", str(c.spec.steps), *argv]
+        return shlex.join(["qwen3-trn", verb, *argv])
 
     def runner_up_reason(self) -> str:
         """Why the second candidate lost, term by term."""

@@ -126,7 +126,12 @@ def _local_paths(spec: RunSpec) -> list[str]:
 
 
 def slurm_script(
-    spec: RunSpec, *, on_trn2: bool, python: str | None = None, workdir: str | None = None
+    spec: RunSpec,
+    *,
+    on_trn2: bool,
+    python: str | None = None,
+    workdir: str | None = None,
+    container_image: str | None = None,
 ) -> str:
     """An sbatch script that runs ``spec`` on ``spec.nnodes`` nodes and survives.
 
@@ -142,7 +147,10 @@ def slurm_script(
     where sbatch runs (Slurm creates no folder), the script makes ``--out`` and checks,
     on every node, each path it needs.
     """
-    python = python or sys.executable
+    from .container import CONTAINER_PYTHON, pyxis_lines
+
+    # (in a container: the image's Python, runs/container.py)
+    python = python or (CONTAINER_PYTHON if container_image else sys.executable)
     workdir = workdir or os.getcwd()
     spec = _check(spec, python=python, **{"the working folder": workdir})
     spec = spec.replace(out=os.path.normpath(os.path.join(workdir, spec.out)))
@@ -214,6 +222,9 @@ def slurm_script(
             "# if your version differs",
             f"export {NEFF_CACHE_VAR}={q(str(cache))}",
         ]
+    if container_image is not None:  # every srun below runs in it (Pyxis)
+        shared = [str(Path(spec.out).parent), *_local_paths(spec)]
+        lines += pyxis_lines(container_image, shared, workdir)
     needed = ['"$workdir"', '"$out"', *(q(p) for p in _local_paths(spec))]
     check = (
         'py=$1; shift; [ -x "$py" ] || { echo "error: node $(hostname): $py is not an '

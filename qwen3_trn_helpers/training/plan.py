@@ -332,6 +332,7 @@ def plan_run(
     from ..corpus import EMBEDDED, EMBEDDED_PRETRAIN, is_local, read_documents
     from ..device import resolve_device
     from ..model.hf_checkpoint import check_hf_checkpoint
+    from ..prepared import check_prepared, is_prepared, refuse_incomplete
 
     here = device_type is None
     device = resolve_device(spec.device) if here else device_type
@@ -396,7 +397,11 @@ def plan_run(
 
     corpus = spec.corpus or preset.corpus
     embedded = corpus in (EMBEDDED, EMBEDDED_PRETRAIN)
-    if not embedded and (is_local(corpus) or "/" in corpus or Path(corpus).suffix):
+    prepared = is_prepared(corpus)
+    if prepared:  # a damaged copy: one line now (each shard's sha256 below, once a node)
+        check_prepared(corpus)
+    elif not embedded and (is_local(corpus) or "/" in corpus or Path(corpus).suffix):
+        refuse_incomplete(corpus)
         read_documents(corpus)  # a clear error now (missing, empty), not in the dataloader
 
     tokenizer_dir = None
@@ -406,6 +411,8 @@ def plan_run(
             if (init.folder / "tokenizer.json").exists():
                 tok_source = str(init.folder)
         tokenizer_dir = resolve_tokenizer(tok_source)
+        if prepared:  # its ids are this tokenizer's; hashes in the launcher, not per rank
+            check_prepared(corpus, tokenizer_dir=tokenizer_dir, hashes=launched is None)
         n_tokens = tokenizer_vocab_size(tokenizer_dir)
         if n_tokens > shape.vocab_size:
             raise ConfigError(

@@ -315,6 +315,7 @@ def trainer_config(
 
     from ..assets import ensure_tokenizer
     from ..corpus import dataset_args
+    from ..prepared import DATASET_NAME as PREPARED_DATASET
     from .checkpoint import Qwen3TrnCheckpointManager
     from .compile import compile_config
     from .metrics import Qwen3TrnMetrics
@@ -335,6 +336,9 @@ def trainer_config(
     compile_ = compile_config(spec.compile, plan.device_type)
     backend = trainer.backend_fields(plan, init_dir)
     dataset, dataset_path = dataset_args(plan.corpus)
+    loader = HuggingFaceTextDataLoader
+    if dataset == PREPARED_DATASET:  # token ids, not text
+        from .prepared_loader import PreparedTextDataLoader as loader
     saves = bool(spec.checkpoint_interval or spec.export_hf)
     kwargs: dict[str, Any] = dict(
         model_spec=variant.model_spec(plan.shape, plan.flavor, plan.attention),
@@ -346,7 +350,7 @@ def trainer_config(
             disable_color_printing=True,
             jsonl_file=metrics_file,
         ),
-        dataloader=HuggingFaceTextDataLoader.Config(dataset=dataset, dataset_path=dataset_path),
+        dataloader=loader.Config(dataset=dataset, dataset_path=dataset_path),
         optimizer=default_adamw(lr=plan.lr),
         lr_scheduler=LRSchedulersContainer.Config(
             warmup_steps=min(spec.warmup_steps, spec.steps),
