@@ -198,10 +198,14 @@ def slurm_script(
         lines += ["", "# every node: EFA between the instances, Neuron's settings"]
         lines += [f"export {k}={v}" for k, v in TRN2_NODE_ENV.items()]
         lines += [
-            "# the Neuron runtime's root communicator on the head node's IP (AWS's scripts",
-            "# hand it an IP; torchrun's MASTER_ADDR is a host name): runtime guide,",
-            "# nrt-developer-guide. Whether TorchNeuron keeps a value set here is unverified",
-            'export NEURON_RT_ROOT_COMM_ID="$head_ip:$(( port + 1 ))"',
+            "# the Neuron runtime's root communicator is rank 0's, and only torch-neuronx",
+            "# knows rank 0: torchrun's c10d rendezvous ranks the nodes in sorted order,",
+            "# not the rendezvous host first, and sets MASTER_ADDR to rank 0's address;",
+            "# torch-neuronx then sets NEURON_RT_ROOT_COMM_ID=MASTER_ADDR:<a free port",
+            "# rank 0 chose> in every rank, but keeps a value it inherits (its",
+            "# distributed/backend.py, _set_root_comm_id). So none is set here, and one",
+            "# exported where sbatch was run (sbatch passes the environment on) is dropped",
+            "unset NEURON_RT_ROOT_COMM_ID",
             f'ulimit -n {NOFILE} || echo "warning: ulimit -n {NOFILE} refused; '
             f'open files stay at $(ulimit -n)"  # train_setup.sh',
         ]

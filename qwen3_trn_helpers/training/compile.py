@@ -116,3 +116,21 @@ def keep_dynamo_settings():
     import torch._dynamo.config as dynamo_config
 
     return dynamo_config.patch({name: getattr(dynamo_config, name) for name in DYNAMO_SETTINGS})
+
+
+def static_shapes(device_type: str):
+    """A scope in which dynamo never makes a size symbolic by itself, on neuron.
+
+    By default dynamo recompiles a graph whose input size changed with that size made
+    symbolic (``automatic_dynamic_shapes``); torch-neuronx's backend refuses any
+    symbolic size ("torch-neuronx requires static shapes"), so on neuron a new size
+    must be a new static graph instead, as AWS's gpt_oss example sets
+    (``torch._dynamo.config.automatic_dynamic_shapes = False``). Elsewhere: no change.
+    """
+    import contextlib
+
+    import torch._dynamo.config as dynamo_config
+
+    if device_type != "neuron":
+        return contextlib.nullcontext()
+    return dynamo_config.patch(automatic_dynamic_shapes=False)
