@@ -76,6 +76,16 @@ class NeuronDeviceModule:
     def get_device_name(self, device=None) -> str:
         return "Trainium2 (fake_torch_neuronx)"
 
+    def get_device_properties(self, device=None):
+        """``name`` is the instance family torchtitan's peak-FLOPS table reads
+        (torchtitan/tools/utils.py: "trn2" -> 79 TFLOPS x LNC 2); ``total_memory`` one
+        logical core's HBM (96 GiB per chip over 4 logical cores at LNC 2)."""
+        from types import SimpleNamespace
+
+        lnc = int(os.environ.get("NEURON_LOGICAL_NC_CONFIG", "2"))
+        per_core = 96 * 2**30 * lnc // PHYSICAL_CORES_PER_CHIP
+        return SimpleNamespace(name="trn2", total_memory=per_core)
+
     def memory_stats(self, device=None) -> dict:
         """torch-neuronx's nested statistics (what training/metrics.py reads)."""
         peak = self._peaks.get(self._current, 0)
