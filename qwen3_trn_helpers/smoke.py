@@ -485,14 +485,18 @@ def run_ladder(
     ladder = Ladder(rungs)
     on_neuron = _device_type() == "neuron"
     from .runs.neuron_cores import CLASS_SLICE_ENV
+
     for rung in ladder.rungs:
         if rung.name == "4b_native_64ranks" and not on_neuron:
             rung.status, rung.reason = "skip", "needs a trn2.48xlarge (64 logical NeuronCores)"
         elif rung.name == "4b_native_64ranks" and os.environ.get(CLASS_SLICE_ENV):
             share = os.environ[CLASS_SLICE_ENV]
-            rung.status, rung.reason = "skip", (
-                f"needs all 64 logical NeuronCores; your share of this trn2 "
-                f"({CLASS_SLICE_ENV}={share}) is a part of them: climb it on a trn2 of your own"
+            rung.status, rung.reason = (
+                "skip",
+                (
+                    f"needs all 64 logical NeuronCores; your share of this trn2 "
+                    f"({CLASS_SLICE_ENV}={share}) is a part of them: climb it on a trn2 of your own"
+                ),
             )
         elif rung.name == "4b_native_64ranks":
             from .model.presets import PRESETS
@@ -886,9 +890,18 @@ def rung_spmd_backends() -> None:
     sys.exit(0 if passed else 1)
 
 
+#: the compile rung's sequence: NKI flash attention, which AWS's compile path exists
+#: for, applies only when the sequence is a multiple of 512 and head_dim at most 128
+#: (the tiny preset's is 32); the tiny preset's own 256 never reaches it
+COMPILE_RUNG_SEQ_LEN = 512
+
+
 def compile_step_command(out: Path) -> list[str]:
-    """One step of the tiny native model, compiled, on one rank (``qwen3-trn train``)."""
+    """One step of the tiny native model, compiled, on one rank (``qwen3-trn train``),
+    at a shape that meets NKI flash attention's conditions (causal attention, the trn2
+    default: no mask, which the kernel refuses)."""
     return [sys.executable, "-m", "qwen3_trn_helpers", "train", "--preset", "tiny",
+            "--seq-len", str(COMPILE_RUNG_SEQ_LEN), "--attention", "causal",
             "--steps", "1", "--compile", "--nproc", "1", "--out", str(out), "--overwrite",
             "--no-progress"]  # fmt: skip
 

@@ -224,8 +224,9 @@ def test_train_on_neuron_compiled_goes_as_far_as_tensors(attention, tmp_path):
     rank0 = json.loads((tmp_path / "seen" / "rank0.json").read_text())
     assert rank0["visible_cores"] == "0", rank0
     # ... and stopped at the first tensor made on the device (FSDP's shards)
-    assert "Could not run 'aten::empty.memory_format' with arguments from the 'neuron'" in (
-        manifest["error"]
+    assert (
+        "Could not run 'aten::empty.memory_format' with arguments from the 'neuron'"
+        in (manifest["error"])
     ), manifest["error"][:500]
 
 
@@ -391,3 +392,34 @@ def test_neuron_ls_of_the_double_is_read_as_2_33s(tmp_path, monkeypatch):
     chips, how = neuron_ls_query()
     assert how == "neuron-ls --json-output" and len(chips) == 16
     assert {c["nc_count"] for c in chips} == {4}
+
+
+# --- the compile rung's shape and the NEFF cache's lock ------------------------------------
+
+
+def test_compile_rung_meets_nki_flash_attentions_conditions():
+    """Sequence a multiple of 512, head_dim at most 128, no mask (causal): the shape at
+    which AWS's compile path uses NKI flash attention; still the tiny model."""
+    from qwen3_trn_helpers.training.plan import plan_run
+
+    cmd = smoke.compile_step_command(Path("out"))
+    flags = cmd[cmd.index("train") + 1 :]
+    args = dict(zip(flags[::2], flags[1::2], strict=False))
+    spec = RunSpec(preset=args["--preset"], seq_len=int(args["--seq-len"]), compile=True,
+                   attention=args["--attention"], device="neuron", steps=1)  # fmt: skip
+    plan = plan_run(spec, device_type="neuron")
+    assert plan.seq_len % 512 == 0 and plan.shape.head_dim <= 128
+    assert plan.attention == "causal" and plan.preset.name == "tiny"
+
+
+def test_neff_cache_lock_timeout_covers_a_full_size_first_compile(tmp_path):
+    """torch-neuronx gives up on the lock after 1200 s by default; every rank the
+    ladder or a launch starts on trn2, and both job files, get 3600 s (a user's value
+    stays)."""
+    from qwen3_trn_helpers.runs.neuron_cores import neuron_rank_environment
+
+    var = "TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT"
+    assert int(neuron_rank_environment({})[var]) >= 3600 > 1200
+    assert neuron_rank_environment({var: "7200"})[var] == "7200"
+    assert int(job_environment("slurm", tmp_path, "10.0.0.9", 29501)[var]) >= 3600
+    assert int(job_environment("kubernetes", tmp_path, "x", 1)[var]) >= 3600

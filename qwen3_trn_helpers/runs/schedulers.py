@@ -28,6 +28,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..training.compile import NEFF_CACHE_LOCK_TIMEOUT_S, NEFF_CACHE_LOCK_TIMEOUT_VAR
 from ..training.spec import RESUME_AUTO, RunSpec
 
 #: every node's environment on trn2. EFA: AWS's torch-neuronx multi-node setup guide
@@ -217,6 +218,9 @@ def slurm_script(
             "# file and renames it, meant for NFS); delete the line for a per-node cache",
             "# if your version differs",
             f"export {NEFF_CACHE_VAR}={q(str(cache))}",
+            "# the cache's lock: a node's ranks wait on one compile of each graph, longer",
+            "# than torch-neuronx's 1200 s default at full size (training/compile.py)",
+            f"export {NEFF_CACHE_LOCK_TIMEOUT_VAR}={NEFF_CACHE_LOCK_TIMEOUT_S}",
         ]
     needed = ['"$workdir"', '"$out"', *(q(p) for p in _local_paths(spec))]
     check = (
@@ -283,6 +287,7 @@ def _k8s_parts(spec: RunSpec, on_trn2: bool, image: str, efa: int | None):
     env = dict(TRN2_POD_ENV) if on_trn2 else {}
     if on_trn2:
         env[NEFF_CACHE_VAR] = str(Path(spec.out).parent / "neff-cache")  # shared volume
+        env[NEFF_CACHE_LOCK_TIMEOUT_VAR] = str(NEFF_CACHE_LOCK_TIMEOUT_S)
     devices: dict[str, str] = {}
     if on_trn2:
         devices["aws.amazon.com/neuron"] = str(NEURON_DEVICES)

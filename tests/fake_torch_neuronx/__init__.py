@@ -67,8 +67,7 @@ RULES: tuple[tuple[str, str], ...] = (
     (
         "torchrun's c10d rendezvous ranks nodes in sorted order of their descriptors; "
         "MASTER_ADDR is rank 0's address, not the rendezvous host's",
-        "torch/distributed/elastic/rendezvous/dynamic_rendezvous.py "
-        "(sorted(state.participants))",
+        "torch/distributed/elastic/rendezvous/dynamic_rendezvous.py (sorted(state.participants))",
     ),
     (
         "sysfs: neuron{d}/neuron_core{c}/stats/memory_usage/device_mem/<category>/"
