@@ -45,6 +45,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .trn2 import PHYSICAL_CORES_PER_CHIP
+
 if TYPE_CHECKING:
     from .training.spec import RunSpec
 
@@ -156,28 +158,130 @@ def training_memory(run_dir: Path) -> dict | None:
     }
 
 
-#: the Neuron driver's sysfs tree: per NeuronCore, device memory by category, each a
-#: folder with its ``present`` and ``peak`` bytes (Neuron sysfs user guide; the
-#: categories are the device-memory page's: tensors, constants, model code, scratchpads,
-#: DMA rings, collectives, runtime). Not read on a trn2 here: untested
-NEURON_SYSFS = Path("/sys/devices/virtual/neuron_device")
+#: sysfs's root: the one seam tests use to point the readers below at a fake tree
+#: (tests/fake_torch_neuronx/sysfs.py); never changed outside tests
+SYSFS_ROOT = Path("/sys")
+#: the Neuron driver's counters, one ``neuron_core`` folder per *physical* core (8 per
+#: trn2 chip): device memory by category, each a folder with ``present`` and ``peak``
+#: bytes (aws-neuron-driver neuron_sysfs_metrics.c, drivers 2.24 and 2.28; Neuron sysfs
+#: user guide). The Neuron 2.33 guide says driver 2.31 moved sysfs nodes: where they
+#: are not found the reading is null with the reason.
+NEURON_COUNTERS = "devices/virtual/neuron_device/neuron*/neuron_core*/stats/memory_usage/device_mem"
+#: the driver's version (``MODULE_VERSION`` in aws-neuron-driver neuron_module.c)
+DRIVER_VERSION_FILE = "module/neuron/version"
 
 
-def device_memory_peaks(root: Path = NEURON_SYSFS) -> dict[str, float] | None:
-    """Each category's peak device memory in GiB, the largest on any NeuronCore, since
-    the driver's counters were last reset (at its load, or by writing 0 to ``peak``);
-    None where the driver shows no such counters (not a trn2, or a driver whose sysfs
-    tree moved them). The 64-rank rung records it beside the plan's estimate, whose
-    categories are the model's (parameters, optimizer, activations), not the runtime's."""
-    peaks: dict[str, int] = {}
-    for folder in root.glob("neuron*/neuron_core*/stats/memory_usage/device_mem"):
+def _core_counters(root: Path) -> dict[tuple[int, int], Path]:
+    """(chip, physical core) -> its device_mem folder."""
+    found = {}
+    for folder in root.glob(NEURON_COUNTERS):
+        core_dir = folder.parents[2]
+        try:
+            chip = int(core_dir.parent.name.removeprefix("neuron"))
+            core = int(core_dir.name.removeprefix("neuron_core"))
+        except ValueError:
+            continue
+        found[(chip, core)] = folder
+    return found
+
+
+def _read_bytes(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def neuron_driver_version(root: Path | None = None) -> str | None:
+    """The loaded Neuron driver's version, or None without one."""
+    try:
+        return ((root or SYSFS_ROOT) / DRIVER_VERSION_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _reset_peak(path: Path) -> None:
+    path.write_text("0\n")
+
+
+def reset_device_memory_peaks(root: Path | None = None) -> bool:
+    """Write 0 to every ``peak`` (as torch-neuronx's own tests do before measuring):
+    a peak otherwise persists from the driver's load, earlier jobs included. False
+    where there is nothing to reset or a write is refused (root owns the counters)."""
+    folders = _core_counters(root or SYSFS_ROOT)
+    peaks = [c / "peak" for f in folders.values() for c in f.iterdir() if (c / "peak").exists()]
+    try:
+        for peak in peaks:
+            _reset_peak(peak)
+    except OSError:
+        return False
+    return bool(peaks)
+
+
+def device_memory_totals(root: Path | None = None) -> dict[str, float] | None:
+    """Each category's ``present`` bytes summed over every core, in GiB (None: no counters)."""
+    totals: dict[str, int] = {}
+    for folder in _core_counters(root or SYSFS_ROOT).values():
         for category in folder.iterdir():
-            try:
-                value = int((category / "peak").read_text().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue
-            peaks[category.name] = max(peaks.get(category.name, 0), value)
+            value = _read_bytes(category / "present")
+            if value is not None:
+                totals[category.name] = totals.get(category.name, 0) + value
+    return {k: round(v / 2**30, 3) for k, v in sorted(totals.items())} or None
+
+
+def device_memory_peaks(root: Path | None = None, lnc: int = 2) -> dict[str, float] | None:
+    """Each category's peak in GiB on the busiest *logical* core, or None without counters.
+
+    The driver counts per physical core; a rank owns one logical core, which at LNC 2
+    is two physical ones (logical core ``chip * 8 / lnc + core // lnc``), so a logical
+    core's peak is the sum of its physical cores' peaks: an upper bound (the two need
+    not peak at once), comparable with the plan's per-rank estimate.
+    """
+    per_logical: dict[tuple[int, str], int] = {}
+    for (chip, core), folder in _core_counters(root or SYSFS_ROOT).items():
+        logical = chip * (PHYSICAL_CORES_PER_CHIP // lnc) + core // lnc
+        for category in folder.iterdir():
+            value = _read_bytes(category / "peak")
+            if value is not None:
+                key = (logical, category.name)
+                per_logical[key] = per_logical.get(key, 0) + value
+    peaks: dict[str, int] = {}
+    for (_, category), value in per_logical.items():
+        peaks[category] = max(peaks.get(category, 0), value)
     return {name: round(b / 2**30, 3) for name, b in sorted(peaks.items())} or None
+
+
+def device_memory_before_rung(root: Path | None = None) -> dict:
+    """Before the 64-rank rung: the peaks reset where writable, else the totals held now."""
+    root = root or SYSFS_ROOT
+    before: dict = {"driver": neuron_driver_version(root), "peaks_reset": False}
+    if reset_device_memory_peaks(root):
+        before["peaks_reset"] = True
+    else:
+        before["totals_before_gib"] = device_memory_totals(root)
+    return before
+
+
+def device_memory_after_rung(before: dict, lnc: int, root: Path | None = None) -> dict:
+    """What the device held during the rung, by category, per logical core; null with
+    the reason where the driver shows no counters."""
+    root = root or SYSFS_ROOT
+    reading = {**before, "lnc": lnc}
+    peaks = device_memory_peaks(root, lnc)
+    reading["peak_gib_per_logical_core_by_category"] = peaks
+    if peaks is None:
+        reading["reason"] = (
+            f"no device-memory counters under {root / NEURON_COUNTERS.split('/neuron*')[0]} "
+            f"(driver {before.get('driver') or 'not loaded'}): not a trn2, or a driver whose "
+            "sysfs tree moved them (Neuron 2.33 guide: driver 2.31 moved sysfs nodes)"
+        )
+    elif not before["peaks_reset"]:
+        reading["totals_after_gib"] = device_memory_totals(root)
+        reading["reason"] = (
+            "peaks not reset (the counters are not writable here: run the ladder as root "
+            "to reset them): they may be an earlier job's; totals before and after beside them"
+        )
+    return reading
 
 
 def full_size_flags(
@@ -380,18 +484,32 @@ def run_ladder(
         rungs = [r for r in rungs if r.name in only]
     ladder = Ladder(rungs)
     on_neuron = _device_type() == "neuron"
+    from .runs.neuron_cores import CLASS_SLICE_ENV
+
     for rung in ladder.rungs:
         if rung.name == "4b_native_64ranks" and not on_neuron:
             rung.status, rung.reason = "skip", "needs a trn2.48xlarge (64 logical NeuronCores)"
+        elif rung.name == "4b_native_64ranks" and os.environ.get(CLASS_SLICE_ENV):
+            share = os.environ[CLASS_SLICE_ENV]
+            rung.status, rung.reason = (
+                "skip",
+                (
+                    f"needs all 64 logical NeuronCores; your share of this trn2 "
+                    f"({CLASS_SLICE_ENV}={share}) is a part of them: climb it on a trn2 of your own"
+                ),
+            )
         elif rung.name == "4b_native_64ranks":
             from .model.presets import PRESETS
 
             online = _hub_online()
             extra, rung.notes = full_size_flags(online, _checkpoint_cached(PRESETS["4b"].hub_id))
             rung.train = (*rung.train, *extra)
+            before = device_memory_before_rung()  # (peaks reset: this rung's own)
             _climb(rung, out, on_neuron, online=online)
             if rung.memory is not None:  # what the device itself held, by category
-                rung.memory["device_peak_gib_by_category"] = device_memory_peaks()
+                from .trn2 import lnc_from_env
+
+                rung.memory["device"] = device_memory_after_rung(before, lnc_from_env())
         else:
             _climb(rung, out, on_neuron, across=across)
         if echo:
@@ -549,6 +667,27 @@ def rung_environment() -> None:
           f"import; {titan}")  # fmt: skip
 
 
+def expected_device_count(chips: int, lnc: int, environ) -> tuple[int, str]:
+    """(count, why): what ``torch.neuron.device_count()`` must say in this process.
+
+    torch-neuronx counts the *visible* logical cores (``nrt_get_visible_vnc_count``,
+    NeuronDevice.cpp): those ``NEURON_RT_VISIBLE_CORES`` names (a class's share gives
+    the one-process rung the share's first core), else every core at the LNC.
+    """
+    from .runs.neuron_cores import CLASS_SLICE_ENV
+
+    visible = environ.get("NEURON_RT_VISIBLE_CORES")
+    if visible:
+        count = 0
+        for part in visible.split(","):
+            first, _, last = part.strip().partition("-")
+            count += int(last or first) - int(first) + 1
+        share = environ.get(CLASS_SLICE_ENV)
+        whose = f"the first core of your share {CLASS_SLICE_ENV}={share}" if share else "named"
+        return count, f"NEURON_RT_VISIBLE_CORES={visible}: {whose}"
+    return chips * PHYSICAL_CORES_PER_CHIP // lnc, f"{chips} chips at LNC {lnc}"
+
+
 def rung_registration() -> None:
     import torch
     import torch.distributed as dist
@@ -561,14 +700,12 @@ def rung_registration() -> None:
     problems = []
     count = torch.neuron.device_count()  # type: ignore[attr-defined]
     from .device import neuron_ls
-    from .trn2 import PHYSICAL_CORES_PER_CHIP, lnc_from_env
+    from .trn2 import lnc_from_env
 
     chips = len(neuron_ls() or [])  # 16 on a trn2.48xlarge, 1 on a trn2.3xlarge
-    expected = chips * PHYSICAL_CORES_PER_CHIP // lnc_from_env()
+    expected, why = expected_device_count(chips, lnc_from_env(), os.environ)
     if count != expected:
-        problems.append(
-            f"{count} devices, expected {expected} ({chips} chips at LNC {lnc_from_env()})"
-        )
+        problems.append(f"{count} devices, expected {expected} ({why})")
     if str(torch.accelerator.current_accelerator()) not in ("neuron", "neuron:0"):
         problems.append(f"torch.accelerator is {torch.accelerator.current_accelerator()}")
     backend = dist.Backend.default_device_backend_map.get("neuron")
@@ -753,9 +890,18 @@ def rung_spmd_backends() -> None:
     sys.exit(0 if passed else 1)
 
 
+#: the compile rung's sequence: NKI flash attention, which AWS's compile path exists
+#: for, applies only when the sequence is a multiple of 512 and head_dim at most 128
+#: (the tiny preset's is 32); the tiny preset's own 256 never reaches it
+COMPILE_RUNG_SEQ_LEN = 512
+
+
 def compile_step_command(out: Path) -> list[str]:
-    """One step of the tiny native model, compiled, on one rank (``qwen3-trn train``)."""
+    """One step of the tiny native model, compiled, on one rank (``qwen3-trn train``),
+    at a shape that meets NKI flash attention's conditions (causal attention, the trn2
+    default: no mask, which the kernel refuses)."""
     return [sys.executable, "-m", "qwen3_trn_helpers", "train", "--preset", "tiny",
+            "--seq-len", str(COMPILE_RUNG_SEQ_LEN), "--attention", "causal",
             "--steps", "1", "--compile", "--nproc", "1", "--out", str(out), "--overwrite",
             "--no-progress"]  # fmt: skip
 

@@ -217,8 +217,10 @@ def test_launch_commands_for_trn2():
     # it builds the process group; setting it here would break torchtitan's device index
     added = set(env) - set(os.environ)
     # (and the compiled-graph cache, one folder for every launch: training/compile.py;
-    # torchrun's store a fresh one each restart round: runs/torchrun.py)
-    neuron = {"NEURON_LOGICAL_NC_CONFIG", "TORCH_NEURONX_NEFF_CACHE_DIR"}
+    # torchrun's store a fresh one each restart round: runs/torchrun.py; the NEFF cache
+    # lock's timeout: training/compile.py)
+    neuron = {"NEURON_LOGICAL_NC_CONFIG", "TORCH_NEURONX_NEFF_CACHE_DIR",
+              "TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT"}  # fmt: skip
     assert added - set(FRESH_STORE_EACH_ROUND) <= neuron
     assert env.items() >= FRESH_STORE_EACH_ROUND.items()
 

@@ -98,15 +98,22 @@ def neuron_rank_environment(env: dict[str, str], neuron_cores: str | None = None
       every rank all 64 cores and fail its one-device-per-process check. With
       ``neuron_cores`` (``--neuron-cores 8-15``) each rank sets its own core from its
       LOCAL_RANK (:func:`confine_rank_to_its_core`).
+    - The NEFF cache's lock timeout covers a full-size first compile (1200 s by
+      default in torch-neuronx; training/compile.py), unless the user set one.
     - The compiled-graph (NEFF) cache folder is set, unless the user or a multi-node
       job script (shared storage, the same folder on every node) already did: the
       package cache's, so every launch on this node reuses what earlier ones compiled
       (training/compile.py).
     """
-    from ..training.compile import use_package_caches
+    from ..training.compile import (
+        NEFF_CACHE_LOCK_TIMEOUT_S,
+        NEFF_CACHE_LOCK_TIMEOUT_VAR,
+        use_package_caches,
+    )
 
     env = dict(env)
     env.setdefault("NEURON_LOGICAL_NC_CONFIG", str(DEFAULT_LNC))
+    env.setdefault(NEFF_CACHE_LOCK_TIMEOUT_VAR, str(NEFF_CACHE_LOCK_TIMEOUT_S))
     use_package_caches("neuron", env)
     visible = env.pop("NEURON_RT_VISIBLE_CORES", None)
     if visible:

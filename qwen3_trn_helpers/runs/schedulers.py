@@ -28,6 +28,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..training.compile import NEFF_CACHE_LOCK_TIMEOUT_S, NEFF_CACHE_LOCK_TIMEOUT_VAR
 from ..training.spec import RESUME_AUTO, RunSpec
 
 #: every node's environment on trn2. EFA: AWS's torch-neuronx multi-node setup guide
@@ -206,10 +207,14 @@ def slurm_script(
         lines += ["", "# every node: EFA between the instances, Neuron's settings"]
         lines += [f"export {k}={v}" for k, v in TRN2_NODE_ENV.items()]
         lines += [
-            "# the Neuron runtime's root communicator on the head node's IP (AWS's scripts",
-            "# hand it an IP; torchrun's MASTER_ADDR is a host name): runtime guide,",
-            "# nrt-developer-guide. Whether TorchNeuron keeps a value set here is unverified",
-            'export NEURON_RT_ROOT_COMM_ID="$head_ip:$(( port + 1 ))"',
+            "# the Neuron runtime's root communicator is rank 0's, and only torch-neuronx",
+            "# knows rank 0: torchrun's c10d rendezvous ranks the nodes in sorted order,",
+            "# not the rendezvous host first, and sets MASTER_ADDR to rank 0's address;",
+            "# torch-neuronx then sets NEURON_RT_ROOT_COMM_ID=MASTER_ADDR:<a free port",
+            "# rank 0 chose> in every rank, but keeps a value it inherits (its",
+            "# distributed/backend.py, _set_root_comm_id). So none is set here, and one",
+            "# exported where sbatch was run (sbatch passes the environment on) is dropped",
+            "unset NEURON_RT_ROOT_COMM_ID",
             f'ulimit -n {NOFILE} || echo "warning: ulimit -n {NOFILE} refused; '
             f'open files stay at $(ulimit -n)"  # train_setup.sh',
         ]
@@ -221,6 +226,9 @@ def slurm_script(
             "# file and renames it, meant for NFS); delete the line for a per-node cache",
             "# if your version differs",
             f"export {NEFF_CACHE_VAR}={q(str(cache))}",
+            "# the cache's lock: a node's ranks wait on one compile of each graph, longer",
+            "# than torch-neuronx's 1200 s default at full size (training/compile.py)",
+            f"export {NEFF_CACHE_LOCK_TIMEOUT_VAR}={NEFF_CACHE_LOCK_TIMEOUT_S}",
         ]
     if container_image is not None:  # every srun below runs in it (Pyxis)
         shared = [str(Path(spec.out).parent), *_local_paths(spec)]
@@ -290,6 +298,7 @@ def _k8s_parts(spec: RunSpec, on_trn2: bool, image: str, efa: int | None):
     env = dict(TRN2_POD_ENV) if on_trn2 else {}
     if on_trn2:
         env[NEFF_CACHE_VAR] = str(Path(spec.out).parent / "neff-cache")  # shared volume
+        env[NEFF_CACHE_LOCK_TIMEOUT_VAR] = str(NEFF_CACHE_LOCK_TIMEOUT_S)
     devices: dict[str, str] = {}
     if on_trn2:
         devices["aws.amazon.com/neuron"] = str(NEURON_DEVICES)

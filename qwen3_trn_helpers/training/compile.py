@@ -38,6 +38,13 @@ INDUCTOR_CACHE_VAR = "TORCHINDUCTOR_CACHE_DIR"
 
 #: TorchNeuron's persistent NEFF cache folder (Neuron 2.33 compiler-artifacts page)
 NEFF_CACHE_VAR = "TORCH_NEURONX_NEFF_CACHE_DIR"
+#: How long a process waits on the NEFF cache's lock while another compiles the same
+#: graph (torch-neuronx's NEFF cache source: 1200 s by default, then it gives up). On
+#: trn2 the 64 ranks of a node compile the same graphs and wait on one compile; a
+#: full-size first compile can outlast 20 minutes, so every rank gets the 64-rank smoke
+#: rung's own limit (3600 s) unless the user set another value
+NEFF_CACHE_LOCK_TIMEOUT_VAR = "TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT"
+NEFF_CACHE_LOCK_TIMEOUT_S = 3600
 
 
 def compile_backend(device_type: str) -> str:
@@ -116,3 +123,21 @@ def keep_dynamo_settings():
     import torch._dynamo.config as dynamo_config
 
     return dynamo_config.patch({name: getattr(dynamo_config, name) for name in DYNAMO_SETTINGS})
+
+
+def static_shapes(device_type: str):
+    """A scope in which dynamo never makes a size symbolic by itself, on neuron.
+
+    By default dynamo recompiles a graph whose input size changed with that size made
+    symbolic (``automatic_dynamic_shapes``); torch-neuronx's backend refuses any
+    symbolic size ("torch-neuronx requires static shapes"), so on neuron a new size
+    must be a new static graph instead, as AWS's gpt_oss example sets
+    (``torch._dynamo.config.automatic_dynamic_shapes = False``). Elsewhere: no change.
+    """
+    import contextlib
+
+    import torch._dynamo.config as dynamo_config
+
+    if device_type != "neuron":
+        return contextlib.nullcontext()
+    return dynamo_config.patch(automatic_dynamic_shapes=False)

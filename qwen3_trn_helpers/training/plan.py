@@ -394,6 +394,17 @@ def plan_run(
             f"attention 'flex' (FlexAttention) trains on CUDA only, not {device!r}; use "
             "--attention document or causal"
         )
+    if attention == "document" and device == "neuron" and spec.compile:
+        # compiled document attention builds its mask from the document boundaries,
+        # whose count differs per batch: a symbolic size (or a recompile per count),
+        # and torch-neuronx's backend refuses every graph holding one ("torch-neuronx
+        # requires static shapes": its preprocess_graph; AWS's torch.compile reference
+        # lists dynamic shapes as unsupported)
+        raise ConfigError(
+            "--compile with --attention document cannot compile on neuron (the document "
+            "count is a dynamic shape; torch-neuronx requires static shapes): use "
+            "--attention causal (the trn2 default) or train document attention eagerly"
+        )
 
     corpus = spec.corpus or preset.corpus
     embedded = corpus in (EMBEDDED, EMBEDDED_PRETRAIN)

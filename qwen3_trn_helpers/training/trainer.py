@@ -44,7 +44,7 @@ from torchtitan.trainer import Trainer
 from ..errors import PEER_LOST, ConfigError, NonFiniteLoss, TrainingError
 from ..model.variants import BlockwiseMoE, TorchtitanQwen3, TransformersV5, Variant
 from . import patches
-from .compile import keep_dynamo_settings, use_package_caches
+from .compile import keep_dynamo_settings, static_shapes, use_package_caches
 from .patches import Patch
 from .plan import Plan
 from .stopping import StopRequest, agreed
@@ -101,6 +101,7 @@ class _RunScope:
             if self._compiles:
                 use_package_caches(options.device)
                 self._scope.enter_context(keep_dynamo_settings())
+                self._scope.enter_context(static_shapes(options.device))
             super().__init__(config)  # type: ignore[call-arg]
             if options.device == "cpu" and world > 1:
                 force_sum_reduction_for_gloo(self.model_parts)

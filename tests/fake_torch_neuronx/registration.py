@@ -1,0 +1,32 @@
+"""What torch-neuronx does when torch imports it: PrivateUse1 becomes ``neuron``, with
+``torch.neuron`` as its device module and a ``neuron`` process-group backend.
+
+Uses torch's Python route for an out-of-tree backend
+(``torch.utils.backend_registration._setup_privateuseone_for_python_backend``), as
+lessons/toy_device.py does: torch then reports the device as torch-neuronx's C++
+registration makes it report (``torch.accelerator``, ``_get_available_device_type``).
+No operator has a kernel: a tensor made on ``neuron`` fails, which is where the double
+stops ("as far as our code goes before tensors are made").
+"""
+
+from __future__ import annotations
+
+
+def autoload() -> None:
+    """The ``torch.backends`` entry point (torch/__init__.py, _import_device_backends)."""
+    import torch
+    import torch.distributed as dist
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    from . import device_module, process_group
+
+    _setup_privateuseone_for_python_backend(
+        "neuron", backend_module=device_module.NeuronDeviceModule()
+    )
+    if dist.is_available():
+        # torch-neuronx registers its ProcessGroupNeuron under the name "neuron" for the
+        # device "neuron" (distributed/backend.py, _register_neuron_backend)
+        dist.Backend.register_backend(
+            "neuron", process_group.create_neuron_process_group, devices=["neuron"]
+        )
+    torch.neuron.fake = True  # type: ignore[attr-defined]  (a test can tell it is the double)
