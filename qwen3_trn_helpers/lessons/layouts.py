@@ -20,6 +20,7 @@ def planner_anchors(anchors: tuple[tuple[str, int], ...] = ANCHORS) -> list[dict
     from ..errors import ConfigError
     from ..model.presets import get_preset
     from ..planner.cost import get_machine
+    from ..planner.models import load_model
     from ..planner.search import evaluate, plan_layouts, why_slower
     from ..training.spec import RunSpec
 
@@ -56,7 +57,7 @@ def planner_anchors(anchors: tuple[tuple[str, int], ...] = ANCHORS) -> list[dict
             why = "AWS's " + why_slower(best, recipe)
         rows.append(
             {
-                "model": recipe_spec.preset if result is None else result.model.name,
+                "model": load_model(preset).name,
                 "nodes": nodes,
                 "AWS's layout": recipe.label(),
                 "AWS GiB/rank": round(memory.total_gib, 1),
