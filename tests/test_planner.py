@@ -388,3 +388,10 @@ def test_a_calibration_is_used_by_later_plans(monkeypatch, tmp_path, capsys):
     assert "efficiency measured on this machine" in after.header()
     assert after.best.estimate.compute_s > 1.5 * before.best.estimate.compute_s
     assert get_machine("h100").calibrated is None  # another machine keeps its own
+    # a CPU's peak is timed by every plan: its calibration keeps the peak it used
+    from qwen3_trn_helpers.planner.cost import apply_calibration, cpu_machine
+
+    write_calibration(cpu_machine(1, 2e12), False, 0.05, {})
+    again = apply_calibration(cpu_machine(1, 1e12))
+    assert (again.peak_tflops, again.mfu_efficiency(False)) == (2.0, 0.05)
+    assert apply_calibration(cpu_machine(2, 1e12)).calibrated is None  # 2 ranks: not measured

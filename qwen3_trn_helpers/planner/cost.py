@@ -127,7 +127,7 @@ class Machine:
         """The constants, as table rows (the plan prints them)."""
         eff = ", ".join(f"{m} {v:.3f}" for m, v in self.efficiency.items())
         return [
-            {"constant": "peak bf16 TFLOPS per rank", "value": round(self.peak_tflops, 1),
+            {"constant": "peak bf16 TFLOPS per rank", "value": float(f"{self.peak_tflops:.3g}"),
              "source": self.sources.get("peak", "")},
             {"constant": "efficiency (share of peak)", "value": eff,
              "source": self.efficiency_source},
@@ -327,16 +327,24 @@ def apply_calibration(machine: Machine) -> Machine:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return machine
-    measured = {}
+    if not isinstance(data, dict):
+        return machine
+    measured, peak = {}, None
     for mode in ("eager", "compiled"):
         entry = data.get(calibration_key(machine, mode == "compiled"))
         if isinstance(entry, dict) and isinstance(entry.get("efficiency"), (int, float)):
             if 0 < entry["efficiency"] <= 1:
                 measured[mode] = float(entry["efficiency"])
+                if isinstance(entry.get("peak_tflops"), (int, float)) and entry["peak_tflops"] > 0:
+                    peak = float(entry["peak_tflops"])
     if not measured:
         return machine
+    # the efficiency is a share of the peak it was measured against: a CPU's peak is
+    # timed anew by every plan (and moves with the machine's load), so the calibration
+    # keeps the one it used
     return replace(
         machine,
+        peak_tflops=peak if machine.device_type == "cpu" and peak else machine.peak_tflops,
         efficiency={**machine.efficiency, **measured},
         efficiency_source=f"measured by plan --measure ({path}): {', '.join(measured)}",
         calibrated=str(path),
@@ -350,7 +358,8 @@ def write_calibration(machine: Machine, compiled: bool, efficiency: float, detai
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         data = {}
-    data[calibration_key(machine, compiled)] = {"efficiency": efficiency, **detail}
+    entry = {"efficiency": efficiency, "peak_tflops": machine.peak_tflops, **detail}
+    data[calibration_key(machine, compiled)] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return path

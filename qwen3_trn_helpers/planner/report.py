@@ -64,6 +64,14 @@ def plan_command(args: argparse.Namespace) -> tuple[str, bool]:
             f"--verify-layers {args.verify_layers} is more than {model.name}'s "
             f"{model.shape.n_layers} layers; give {model.shape.n_layers} or fewer"
         )
+    if (args.verify or args.measure) and (
+        model.preset is None or machine_key not in ("trn2", "trn2u", "cpu")
+    ):
+        raise ConfigError(
+            "--verify and --measure build or train the layout with this package, which "
+            "trains its Qwen3 presets on trn2 or a CPU: give a Qwen3 name and --machine "
+            "trn2 or cpu"
+        )
     if args.layout is not None:
         _, machine, c = plan_given_layout(
             model, args.layout, nodes=args.nodes, machine=machine_key, seq_len=args.seq_len,

@@ -658,7 +658,8 @@ def no_fit_message(
         f"{PLAN_HEADROOM:.0%} of {closest.usable_gib:.1f} usable "
         f"({PLAN_HEADROOM * closest.usable_gib:.1f}), {terms[largest]:.1f} GiB of it {largest}"
     )
-    if largest == "FSDP buffers":
+    unsharded = closest.total_gib - closest.sharded_state_gib  # what more nodes keep
+    if largest == "FSDP buffers" and unsharded > PLAN_HEADROOM * closest.usable_gib:
         text += (
             " (one block gathered in bf16, the next prefetched, and its gradients: it does "
             "not shrink with more nodes)"
