@@ -162,12 +162,13 @@ def calibrate(plan: LayoutPlan, measured: list[Measurement]) -> tuple[float, Pat
     from .search import evaluate
 
     mode = "compiled" if plan.compiled else "eager"
+    measured_machine = plan.machine
     fits = []
     for m in measured:
         c = m.candidate
 
         def rate_at(efficiency: float, c: Candidate = c) -> float:
-            machine = replace(plan.machine, efficiency={mode: efficiency})
+            machine = replace(measured_machine, efficiency={mode: efficiency})
             again = evaluate(c.spec, machine, compiled=plan.compiled,
                              microbatches=c.microbatches)  # fmt: skip
             return again.estimate.tokens_per_s_per_rank
