@@ -395,3 +395,14 @@ def test_a_calibration_is_used_by_later_plans(monkeypatch, tmp_path, capsys):
     again = apply_calibration(cpu_machine(1, 1e12))
     assert (again.peak_tflops, again.mfu_efficiency(False)) == (2.0, 0.05)
     assert apply_calibration(cpu_machine(2, 1e12)).calibrated is None  # 2 ranks: not measured
+
+
+def test_a_planned_global_batch_reaches_the_run():
+    """The printed command's --global-batch-size is torchtitan's (accumulation): whole
+    microbatches only, checked where a run is planned."""
+    spec = RunSpec(preset="8b", nproc=64, out="x", tp=4, local_batch_size=1)
+    assert plan_run(spec.replace(global_batch_size=64), device_type="neuron").tp == 4
+    with pytest.raises(ConfigError, match="global_batch_size 17 must be a multiple of local"):
+        plan_run(spec.replace(global_batch_size=17), device_type="neuron")
+    best = plan_layouts("Qwen3-8B", 1).best
+    assert best.spec.global_batch_size == best.global_batch == 64
