@@ -9,9 +9,9 @@ default then), eager and with torch.compile. Every other row of that page uses F
 (Tables 2, 4, 5, 6), which the cost model does not price, so none is replayed.
 
 The machine's efficiency is fitted once per mode, on :data:`FITTED_ON` (the 8-GPU row);
-the 128-GPU rows, and every memory figure, are predictions. AWS publishes no
-torchtitan training throughput on trn2 (the Neuron docs' trn2 performance pages are
-for inference and for NxD Training, which ended with Neuron 2.30), so no trn2 row.
+the 128-GPU rows, and every memory figure, are predictions. No published torchtitan
+training throughput on trn2 was found in AWS's Neuron docs (the archived training
+benchmarks there are Trn1's, NxD Training, which ended with Neuron 2.30), so no trn2 row.
 """
 
 from __future__ import annotations
