@@ -323,9 +323,30 @@ def add_plan_parser(sub: Any, debug: argparse.ArgumentParser) -> None:
         "ranked by an estimated step time, and the command that trains the best",
     )
     plan.add_argument("--model", required=True,
-                      help="Qwen3-0.6B, -1.7B, -4B, -8B, -14B, -32B, -30B-A3B, -235B-A22B "
-                      "or a preset name")  # fmt: skip
-    plan.add_argument("--nodes", type=positive, default=1, help="trn2.48xlarge nodes")
+                      help="Qwen3-0.6B, -1.7B, -4B, -8B, -14B, -32B, -30B-A3B, -235B-A22B, "
+                      "a preset name, or a Hugging Face config.json (Qwen3, Qwen3-MoE, "
+                      "Llama, Mixtral)")  # fmt: skip
+    plan.add_argument("--nodes", type=positive, default=1,
+                      help="nodes (instances) of --machine")  # fmt: skip
+    from .planner.cost import MACHINES
+
+    plan.add_argument("--machine", choices=tuple(MACHINES), default=None,
+                      help="what to plan for (default: trn2, or cpu with --device cpu): "
+                      + "; ".join(f"{k}: {v}" for k, v in MACHINES.items()))  # fmt: skip
+    plan.add_argument(
+        "--layout",
+        default=None,
+        help="evaluate this one layout instead of searching: fsdp=N,tp=N,"
+        "dp_replicate=N,cp=1,pp=1,ep=1,ac=none|selective|full,local_batch=N",
+    )
+    plan.add_argument(
+        "--compile",
+        action="store_true",
+        help="estimate a torch.compile'd run (its own fitted efficiency)",
+    )
+    plan.add_argument("--global-batch-tokens", type=positive, default=None,
+                      help="tokens per optimizer step, held fixed (gradient accumulation "
+                      "makes it up; default: one sequence per rank)")  # fmt: skip
     plan.add_argument("--seq-len", type=positive, default=None,
                       help="tokens per sequence (default: the preset's)")  # fmt: skip
     plan.add_argument("--local-batch-size", type=positive, default=None,
@@ -354,7 +375,7 @@ def add_plan_parser(sub: Any, debug: argparse.ArgumentParser) -> None:
 def _cmd_plan(args: argparse.Namespace) -> int:
     from .planner.report import plan_command
 
-    on_hub = args.measure and args.device == "neuron"  # trn2 presets train on C4
+    on_hub = args.measure and args.device == "neuron" and args.machine in (None, "trn2", "trn2u")
     args.scope.enter_context(hub_offline(not on_hub))
     text, ok = plan_command(args)
     print(text)

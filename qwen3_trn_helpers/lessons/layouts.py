@@ -17,19 +17,36 @@ ANCHORS = (("4b", 1), ("30b-a3b", 1), ("30b-a3b", 2))
 
 def planner_anchors(anchors: tuple[tuple[str, int], ...] = ANCHORS) -> list[dict[str, Any]]:
     """One row per anchor: AWS's layout and the planner's, each with its estimates."""
+    from ..errors import ConfigError
+    from ..model.presets import get_preset
+    from ..planner.cost import get_machine
+    from ..planner.models import load_model
     from ..planner.search import evaluate, plan_layouts, why_slower
     from ..training.spec import RunSpec
 
     rows = []
+    machine = get_machine("trn2")
     for preset, nodes in anchors:
-        result = plan_layouts(preset, nodes)
-        # the recipe: the preset's own layout, and the preset rule across nodes (HSDP)
-        recipe_spec = RunSpec(preset=preset, nproc=result.machine.ranks_per_node,
-                              nnodes=nodes, out=f"runs/{preset}-{nodes}n")  # fmt: skip
-        recipe, memory = evaluate(recipe_spec, result.machine)
-        best = result.best
-        if recipe is None:
-            why = f"AWS's layout needs {memory.total_gib:.1f} GiB per rank: over the limit"
+        try:
+            result = plan_layouts(preset, nodes, machine=machine)
+        except ConfigError as e:  # nothing fits the planner's headroom
+            result, nothing = None, str(e)
+        # the recipe: the preset's own layout, and the preset rule across nodes (HSDP),
+        # at the plan's global batch (one sequence per rank: accumulation for TP)
+        tp = max(get_preset(preset).layout.tp, 1)
+        recipe_spec = RunSpec(preset=preset, nproc=machine.ranks_per_node, nnodes=nodes,
+                              global_batch_size=nodes * machine.ranks_per_node if tp > 1
+                              else None, out=f"runs/{preset}-{nodes}n")  # fmt: skip
+        recipe = evaluate(recipe_spec, machine, microbatches=tp)
+        memory = recipe.memory
+        best = result.best if result else None
+        if best is None:
+            why = f"nothing fits the planner's headroom: {nothing.split(': ', 1)[-1]}"
+        elif not recipe.fits:
+            why = (
+                f"AWS's layout needs {memory.total_gib:.1f} GiB per rank: over the "
+                f"planner's limit of {recipe.limit_gib:.1f}"
+            )
         elif (recipe.layout, recipe.activation_checkpoint, recipe.local_batch) == (
             best.layout,
             best.activation_checkpoint,
@@ -40,14 +57,14 @@ def planner_anchors(anchors: tuple[tuple[str, int], ...] = ANCHORS) -> list[dict
             why = "AWS's " + why_slower(best, recipe)
         rows.append(
             {
-                "model": result.model,
+                "model": load_model(preset).name,
                 "nodes": nodes,
-                "AWS's layout": recipe.label() if recipe else "-",
+                "AWS's layout": recipe.label(),
                 "AWS GiB/rank": round(memory.total_gib, 1),
-                "AWS tokens/s (est.)": round(recipe.tokens_per_s) if recipe else "-",
-                "planner's layout": best.label(),
-                "planner GiB/rank": round(best.memory.total_gib, 1),
-                "planner tokens/s (est.)": round(best.tokens_per_s),
+                "AWS tokens/s (est.)": round(recipe.tokens_per_s),
+                "planner's layout": best.label() if best else "-",
+                "planner GiB/rank": round(best.memory.total_gib, 1) if best else "-",
+                "planner tokens/s (est.)": round(best.tokens_per_s) if best else "-",
                 "why they differ": why,
             }
         )

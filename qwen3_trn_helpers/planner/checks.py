@@ -140,3 +140,45 @@ def measure(plan: LayoutPlan, top: int = 2, steps: int = 3) -> list[Measurement]
             results.append(Measurement(candidate, steps, statistics.median(rates), result.wall_s))
     results.sort(key=lambda m: -m.tokens_per_s_per_rank)
     return results
+
+
+def fitted_efficiency(rate_at, target: float, low: float = 1e-6, high: float = 1.0) -> float:
+    """The efficiency at which ``rate_at(efficiency)`` (tokens/s, rising with it) equals
+    ``target``: bisection, since communication does not scale with it."""
+    if rate_at(high) <= target:
+        return high
+    for _ in range(60):
+        mid = (low * high) ** 0.5
+        low, high = (mid, high) if rate_at(mid) < target else (low, mid)
+    return (low * high) ** 0.5
+
+
+def calibrate(plan: LayoutPlan, measured: list[Measurement]) -> tuple[float, Path]:
+    """The machine's efficiency that makes the estimate match what was measured (the
+    median over the measured candidates), written where later plans find it."""
+    from dataclasses import replace
+
+    from .cost import write_calibration
+    from .search import evaluate
+
+    mode = "compiled" if plan.compiled else "eager"
+    measured_machine = plan.machine
+    fits = []
+    for m in measured:
+        c = m.candidate
+
+        def rate_at(efficiency: float, c: Candidate = c) -> float:
+            machine = replace(measured_machine, efficiency={mode: efficiency})
+            again = evaluate(c.spec, machine, compiled=plan.compiled,
+                             microbatches=c.microbatches)  # fmt: skip
+            return again.estimate.tokens_per_s_per_rank
+
+        fits.append(fitted_efficiency(rate_at, m.tokens_per_s_per_rank))
+    efficiency = statistics.median(fits)
+    detail = {
+        "measured_on": [m.candidate.label() for m in measured],
+        "measured_tokens_per_s_per_rank": [m.tokens_per_s_per_rank for m in measured],
+        "model": plan.model.name,
+        "seq_len": plan.seq_len,
+    }
+    return efficiency, write_calibration(plan.machine, plan.compiled, efficiency, detail)

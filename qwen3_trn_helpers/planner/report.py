@@ -3,29 +3,35 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from ..errors import ConfigError
 
+#: the most ranks a CPU plan may start per core (gloo ranks beyond that only wait)
+CPU_RANKS_PER_CORE = 1
 
-def plan_command(args: argparse.Namespace) -> tuple[str, bool]:
-    """The output of ``qwen3-trn plan`` and whether its checks passed."""
-    from ..lessons.tables import Table
-    from ..training.metrics_file import strict_json
-    from .checks import measure, verify
-    from .search import plan_layouts
 
-    if args.nproc is not None and args.device != "cpu":
+def check_arguments(args: argparse.Namespace, machine_key: str) -> None:
+    """Refuse what this machine or the model cannot have, in one line naming the limit."""
+    if args.nproc is not None and machine_key != "cpu":
         raise ConfigError(
             "--nproc sets a CPU plan's ranks; a trn2 plan has one rank per logical core "
-            "(64 at LNC 2): drop --nproc, or plan --device cpu"
+            "(64 at LNC 2): drop --nproc, or plan --machine cpu"
         )
+    if machine_key == "cpu" and args.nproc is not None:
+        cores = os.cpu_count() or 1
+        if args.nproc > cores * CPU_RANKS_PER_CORE:
+            raise ConfigError(
+                f"--nproc {args.nproc} is more ranks than this machine's {cores} CPU cores; "
+                f"give --nproc {cores} or fewer"
+            )
     if args.measure and args.nodes > 1:
         raise ConfigError(
             "plan --measure trains the candidates on this machine only: time them with "
             "--nodes 1 (the layout inside a node), or run the printed slurm command"
         )
-    if args.measure and args.device == "neuron":
+    if args.measure and machine_key in ("trn2", "trn2u"):
         from ..device import resolve_device
 
         here = resolve_device("auto")
@@ -33,15 +39,81 @@ def plan_command(args: argparse.Namespace) -> tuple[str, bool]:
             raise ConfigError(
                 f"plan --measure trains the candidates on this machine, which has no "
                 f"NeuronCores ({here}); run it on a trn2 node, or measure a CPU plan here "
-                "(--device cpu --model tiny)"
+                "(--machine cpu --model tiny)"
             )
+    if args.measure and machine_key not in ("trn2", "trn2u", "cpu"):
+        raise ConfigError(
+            f"plan --measure trains with this package, which runs on trn2 or a CPU, not "
+            f"{machine_key}: measure --machine cpu here or trn2 on a trn2 node"
+        )
+
+
+def plan_command(args: argparse.Namespace) -> tuple[str, bool]:
+    """The output of ``qwen3-trn plan`` and whether its checks passed."""
+    from ..lessons.tables import Table
+    from ..training.metrics_file import strict_json
+    from .checks import calibrate, measure, verify
+    from .models import load_model
+    from .search import plan_given_layout, plan_layouts
+
+    machine_key = args.machine or ("cpu" if args.device == "cpu" else "trn2")
+    check_arguments(args, machine_key)
+    model = load_model(args.model)
+    if args.verify and args.verify_layers > model.shape.n_layers:
+        raise ConfigError(
+            f"--verify-layers {args.verify_layers} is more than {model.name}'s "
+            f"{model.shape.n_layers} layers; give {model.shape.n_layers} or fewer"
+        )
+    if (args.verify or args.measure) and (
+        model.preset is None or machine_key not in ("trn2", "trn2u", "cpu")
+    ):
+        raise ConfigError(
+            "--verify and --measure build or train the layout with this package, which "
+            "trains its Qwen3 presets on trn2 or a CPU: give a Qwen3 name and --machine "
+            "trn2 or cpu"
+        )
+    if args.layout is not None:
+        _, machine, c = plan_given_layout(
+            model, args.layout, nodes=args.nodes, machine=machine_key, seq_len=args.seq_len,
+            compiled=args.compile, global_batch_tokens=args.global_batch_tokens,
+            nproc=args.nproc,
+        )  # fmt: skip
+        data = {
+            "model": model.name,
+            "parameters": model.parameters,
+            "active_parameters": model.active_parameters,
+            "machine": machine.name,
+            "nodes": args.nodes,
+            "ranks_per_node": machine.ranks_per_node,
+            "ranks": args.nodes * machine.ranks_per_node,
+            "compiled": args.compile,
+            "calibration": machine.calibrated,
+            "constants": machine.constants(),
+            **c.to_json(),
+        }
+        if args.json:
+            return strict_json(data, indent=2), True
+        text = [
+            f"{model.describe()} on {args.nodes} x {machine.name} = "
+            f"{data['ranks']} ranks ({args.nodes} nodes x {machine.ranks_per_node}), "
+            f"seq {c.seq_len}, {'compiled' if args.compile else 'eager'}: {c.label()}",
+            str(Table([c.row(1)])),
+            f"memory: {c.memory.total_gib:.1f} GiB per rank, limit {c.limit_gib:.1f}"
+            + ("" if c.fits else ": OVER the planner's headroom"),
+            str(Table([c.memory.row()])),
+            "cost-model constants:",
+            str(Table(machine.constants())),
+        ]
+        return "\n".join(text), True
     plan = plan_layouts(
-        args.model,
+        model,
         args.nodes,
         seq_len=args.seq_len,
         local_batch=args.local_batch_size,
-        device=args.device,
+        machine=machine_key,
         nproc=args.nproc,
+        compiled=args.compile,
+        global_batch_tokens=args.global_batch_tokens,
     )
     ok = True
     data: dict[str, Any] = plan.to_json(args.top)
@@ -63,6 +135,13 @@ def plan_command(args: argparse.Namespace) -> tuple[str, bool]:
         fastest = measured[0].candidate
         if fastest is not plan.best:
             text.append(f"measured fastest differs from the estimate's: {fastest.label()}")
+        efficiency, path = calibrate(plan, measured)
+        data["calibration_written"] = {"path": str(path), "efficiency": efficiency}
+        text.append(
+            f"calibration: measured efficiency {efficiency:.4f} (was "
+            f"{plan.machine.mfu_efficiency(plan.compiled):.4f}) written to {path}; later "
+            f"plans on {plan.machine.key} use it"
+        )
         text += ["", plan.command(fastest)]
     if args.json:
         return strict_json(data, indent=2), ok

@@ -457,6 +457,14 @@ def plan_run(
                 f"{cores.start}-{cores.start + nproc - 1} or --nproc {len(cores)}"
             )
 
+    if spec.global_batch_size is not None:
+        per_microbatch = spec.local_batch_size * layout.world // layout.tp
+        if spec.global_batch_size % per_microbatch:
+            raise ConfigError(
+                f"global_batch_size {spec.global_batch_size} must be a multiple of local "
+                f"batch x data-parallel ranks ({per_microbatch}): gradient accumulation "
+                "runs whole microbatches"
+            )
     plan = Plan(
         spec=spec,
         variant=variant,

@@ -58,6 +58,13 @@ class RunSpec:
     )
     steps: int = _param(10, "optimizer steps", positive=True)
     local_batch_size: int = _param(1, "sequences per rank per step", positive=True)
+    global_batch_size: int | None = _param(
+        None,
+        "sequences per optimizer step over every data-parallel rank (torchtitan's "
+        "training.global_batch_size): a multiple of local batch x data-parallel ranks, "
+        "the rest gradient accumulation (default: one microbatch, no accumulation)",
+        positive=True,
+    )
     # The layout, when not the preset's (what `qwen3-trn plan` prints for a chosen one)
     tp: int | None = _param(
         None, "tensor parallel degree (default: the preset's layout)", positive=True

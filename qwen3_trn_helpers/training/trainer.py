@@ -361,6 +361,7 @@ def trainer_config(
         ),
         training=TrainingConfig(
             local_batch_size=spec.local_batch_size,
+            global_batch_size=spec.global_batch_size or -1,  # -1: no accumulation
             seq_len=plan.seq_len,
             steps=spec.steps,
             mixed_precision_param=spec.mixed_precision,
