@@ -41,10 +41,16 @@ from torchtitan.experiments.transformers_modeling_backend.configs import (
 from torchtitan.experiments.transformers_modeling_backend.trainer import HFTransformerTrainer
 from torchtitan.trainer import Trainer
 
-from ..errors import PEER_LOST, ConfigError, NonFiniteLoss, TrainingError
+from ..errors import PEER_LOST, AssetError, ConfigError, NonFiniteLoss, TrainingError
 from ..model.variants import BlockwiseMoE, TorchtitanQwen3, TransformersV5, Variant
 from . import patches
-from .compile import keep_dynamo_settings, use_package_caches
+from .compile import (
+    cache_fault,
+    check_compile_cache,
+    compile_cache_folder,
+    keep_dynamo_settings,
+    use_package_caches,
+)
 from .patches import Patch
 from .plan import Plan
 from .stopping import StopRequest, agreed
@@ -100,6 +106,9 @@ class _RunScope:
             self._compiles = config.compile.enable  # --compile, or torchtitan's --compile.enable
             if self._compiles:
                 use_package_caches(options.device)
+                cache = compile_cache_folder(options.device)
+                if cache is not None:  # a folder that cannot work: one line, now
+                    check_compile_cache(*cache)
                 self._scope.enter_context(keep_dynamo_settings())
             super().__init__(config)  # type: ignore[call-arg]
             if options.device == "cpu" and world > 1:
@@ -153,7 +162,13 @@ class _RunScope:
         try:
             super().train_step(data_iterator)  # type: ignore[misc]
             self._stop_if_requested()
-        except RuntimeError as e:
+        except Exception as e:
+            cache = compile_cache_folder(self.config.qwen3_trn.device) if self._compiles else None  # type: ignore[attr-defined]
+            fault = cache_fault(e, cache[1]) if cache is not None else None
+            if fault is not None:
+                raise AssetError(fault) from None
+            if not isinstance(e, RuntimeError):
+                raise
             if lost_peer(e):
                 raise TrainingError(
                     f"step {self.step}: {PEER_LOST}",  # type: ignore[attr-defined]

@@ -1,0 +1,178 @@
+"""Launch faults (issue 32): a store port another job takes, a stop during the first
+compiled step, compile-cache faults, the node a killed rank ran on, and a fabric check
+that must never fail at its own teardown."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qwen3_trn_helpers.runs.torchrun import clashed_port, port_clash_message
+from qwen3_trn_helpers.training.ranks import free_port
+from qwen3_trn_helpers.training.spec import RunSpec
+
+#: torch 2.14's libuv TCPStore, when its port is taken (the line a rank printed in the
+#: probe that found the race)
+LIBUV_CLASH = (
+    "torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+    "local network address. port: 41873, useIpv6: false, code: -98, name: EADDRINUSE, "
+    "message: address already in use"
+)
+
+
+def train_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "qwen3_trn_helpers", "train", "--no-progress", *args]
+
+
+# --- 7. a port another job takes -----------------------------------------------------
+
+
+def test_a_taken_store_port_is_recognised():
+    assert clashed_port(f"[rank0]: {LIBUV_CLASH}") == 41873
+    legacy = "failed to bind to [::]:29511 (errno: 98 - Address already in use)."
+    assert clashed_port(legacy) == 29511
+    assert clashed_port("DistNetworkError: Connection reset by peer") is None
+
+
+def test_a_taken_port_the_user_chose_is_named_with_the_fix():
+    spec = RunSpec(nnodes=2, nproc=1, rdzv_endpoint="10.0.0.5:29500", out="x")
+    said = port_clash_message(spec, 29500, multinode=True)
+    assert said.startswith("port 29500 of --rdzv-endpoint 10.0.0.5:29500 is in use")
+    assert "pick a free port" in said and "\n" not in said
+    said = port_clash_message(spec, 41873, multinode=True)  # torchrun's pick, node 0
+    assert said.startswith("port 41873, which torchrun picked") and "--max-restarts 1" in said
+
+
+#: run in every process of the launch (PYTHONPATH): torchrun's first pick of rank 0's
+#: store port is the port "another job" holds, as when that job took it between
+#: torchrun's probe and the rank's bind; later picks are torchrun's own
+CLASH_ONCE = """
+import os, sys
+marker = os.environ.get("QWEN3_TRN_TEST_CLASH")
+if marker and "torch.distributed.run" in sys.orig_argv:
+    import torch.distributed.elastic.rendezvous.api as api
+    original = api.get_free_port
+    def taken_once():
+        try:
+            port = int(open(marker).read())
+            os.unlink(marker)
+            return port
+        except FileNotFoundError:
+            return original()
+    api.get_free_port = taken_once
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_a_store_port_taken_by_another_job_launches_again(tmp_path):
+    """Two ranks on one node; the port torchrun picked for rank 0's store is held by
+    another process: the launch starts again on another port and trains every step
+    (it ended `error: unexpected DistNetworkError ... EADDRINUSE`, failed at 0 steps)."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(CLASH_ONCE)
+    other_job = socket.socket()
+    other_job.bind(("", 0))  # every address, as the store binds
+    other_job.listen()
+    port = other_job.getsockname()[1]
+    marker = tmp_path / "clash"
+    marker.write_text(str(port))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"), "QWEN3_TRN_TEST_CLASH": str(marker),
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    out = tmp_path / "run"
+    try:
+        proc = subprocess.run(
+            train_cmd("--nproc", "2", "--steps", "2", "--out", str(out)),
+            capture_output=True, text=True, timeout=600, env=env,
+        )  # fmt: skip
+    finally:
+        other_job.close()
+    assert not marker.exists()  # torchrun did pick the taken port
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"note: port {port}, which torchrun picked for the ranks' store, was taken" in (
+        proc.stderr
+    )
+    assert "unexpected" not in proc.stderr
+    info = json.loads((out / "run.json").read_text())
+    assert (info["status"], info["steps_completed"]) == ("completed", 2)
+    assert "EADDRINUSE" in (out / "launch.1.log").read_text()  # the first launch's log kept
+
+
+# --- 3. a stop while the ranks are inside a long step ------------------------------------
+
+#: makes every rank's first training step take minutes, as the first compiled step does on
+#: trn2 (an empty inductor cache, a loaded machine): the rank touches ``step.RANK`` in
+#: SLOW_STEP_DIR as the step begins, then sleeps in it; a SIGTERM meanwhile is deferred
+#: to the step's end (training/stopping.py), which torchrun's 30 s grace never reaches.
+#: Loaded by the ranks as sitecustomize.
+SLOW_FIRST_STEP = """
+import os
+if os.environ.get("SLOW_STEP_DIR") and "RANK" in os.environ:
+    import time
+    from pathlib import Path
+    from torchtitan.trainer import Trainer
+
+    real = Trainer.train_step
+    def slow(self, *args, **kwargs):
+        if self.step == 1:
+            (Path(os.environ["SLOW_STEP_DIR"]) / f"step.{os.environ['RANK']}").touch()
+            time.sleep(300)
+        return real(self, *args, **kwargs)
+    Trainer.train_step = slow
+"""
+
+
+def _processes_naming(text: str) -> list[int]:
+    found = subprocess.run(["pgrep", "-f", text], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split() if int(pid) != os.getpid()]
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_sigterm_in_a_step_longer_than_torchruns_grace_ends_terminated(tmp_path):
+    """SIGTERM to `train --nproc 2 --checkpoint-interval 2` while both ranks are in a first
+    step that outlasts torchrun's 30 s grace: torchrun kills the ranks before they record
+    the stop. run.json said `running` for good and the terminal "every completed step is
+    in metrics.jsonl" with no metrics.jsonl; now the launch records `terminated` and says
+    what the folder holds."""
+    import signal
+    import time
+
+    hooks, inside = tmp_path / "hooks", tmp_path / "inside"
+    hooks.mkdir()
+    inside.mkdir()
+    (hooks / "sitecustomize.py").write_text(SLOW_FIRST_STEP)
+    path = os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")]))
+    out = tmp_path / "run"
+    cli = subprocess.Popen(
+        train_cmd("--nproc", "2", "--steps", "10", "--checkpoint-interval", "2",
+                  "--out", str(out)),
+        env={**os.environ, "PYTHONPATH": path, "SLOW_STEP_DIR": str(inside),
+             "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 400
+        while len(list(inside.glob("step.*"))) < 2:  # both ranks inside the first step
+            assert cli.poll() is None and time.monotonic() < deadline, cli.stderr.read()
+            time.sleep(0.2)
+        cli.send_signal(signal.SIGTERM)  # scancel, an eviction
+        _, stderr = cli.communicate(timeout=200)
+    finally:
+        for pid in _processes_naming(str(out)):
+            os.kill(pid, signal.SIGKILL)
+    assert cli.returncode == 143, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == ("terminated: no step completed; no metrics.jsonl"), (
+        stderr[-3000:]
+    )
+    assert not (out / "metrics.jsonl").exists()
+    info = json.loads((out / "run.json").read_text())
+    assert (info["status"], info["steps_completed"]) == ("terminated", 0), info
+    assert "torchrun's 30 s grace ran out" in info["stopped"]
+    assert not _processes_naming(str(out))
