@@ -75,16 +75,17 @@ def test_a_store_port_taken_by_another_job_launches_again(tmp_path):
     """Two ranks on one node; the port torchrun picked for rank 0's store is held by
     another process: the launch starts again on another port and trains every step
     (it ended `error: unexpected DistNetworkError ... EADDRINUSE`, failed at 0 steps)."""
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "sitecustomize.py").write_text(CLASH_ONCE)
     other_job = socket.socket()
     other_job.bind(("", 0))  # every address, as the store binds
     other_job.listen()
     port = other_job.getsockname()[1]
     marker = tmp_path / "clash"
     marker.write_text(str(port))
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"), "QWEN3_TRN_TEST_CLASH": str(marker),
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    shutdowns = tmp_path / "shutdowns"
+    shutdowns.mkdir()
+    # (and whether a training rank reaches interpreter shutdown with gloo threads: item 11)
+    env = _hooked_env(tmp_path, CLASH_ONCE + AT_SHUTDOWN, QWEN3_TRN_TEST_CLASH=str(marker),
+                      SHUTDOWN_DIR=str(shutdowns))  # fmt: skip
     out = tmp_path / "run"
     try:
         proc = subprocess.run(
@@ -102,6 +103,7 @@ def test_a_store_port_taken_by_another_job_launches_again(tmp_path):
     info = json.loads((out / "run.json").read_text())
     assert (info["status"], info["steps_completed"]) == ("completed", 2)
     assert "EADDRINUSE" in (out / "launch.1.log").read_text()  # the first launch's log kept
+    assert _shutdowns_with_threads(shutdowns) == {}
 
 
 # --- 3. a stop while the ranks are inside a long step ------------------------------------
@@ -176,3 +178,71 @@ def test_sigterm_in_a_step_longer_than_torchruns_grace_ends_terminated(tmp_path)
     assert (info["status"], info["steps_completed"]) == ("terminated", 0), info
     assert "torchrun's 30 s grace ran out" in info["stopped"]
     assert not _processes_naming(str(out))
+
+
+# --- 11. a fabric check that passed never fails at its own teardown ---------------------
+
+#: loaded by every rank as sitecustomize: at interpreter shutdown (if the process gets
+#: there) it records the gloo threads still running, the ones whose destruction there
+#: aborted a rank that had passed ("terminate called without an active exception")
+AT_SHUTDOWN = """
+import os
+if os.environ.get("SHUTDOWN_DIR") and "RANK" in os.environ:
+    import atexit
+    from pathlib import Path
+
+    def record():
+        from qwen3_trn_helpers.training.ranks import collective_threads
+        name = f"{os.environ.get('GROUP_RANK', '0')}-{os.environ['RANK']}-{os.getpid()}"
+        (Path(os.environ["SHUTDOWN_DIR"]) / name).write_text(repr(collective_threads()))
+    atexit.register(record)
+"""
+
+
+def _hooked_env(tmp_path: Path, hook: str, **extra: str) -> dict[str, str]:
+    hooks = tmp_path / "hooks"
+    hooks.mkdir(exist_ok=True)
+    (hooks / "sitecustomize.py").write_text(hook)
+    path = os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **extra}
+
+
+def _shutdowns_with_threads(folder: Path) -> dict[str, str]:
+    """Each rank that reached interpreter shutdown with gloo threads running: theirs."""
+    return {f.name: f.read_text() for f in folder.iterdir() if f.read_text() != "[]"}
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_the_fabric_check_passes_20_times_in_a_row_on_two_agents(tmp_path):
+    """The collectives rung across two torchrun agents (the printed sbatch script's
+    first srun, one rank per node), 20 times in a row: every node passes, every time,
+    and no rank reaches interpreter shutdown with its process group's threads running
+    (they did, every time: two ``pt_gloo_runloop`` and ``gloo_tcp_loop`` outlived
+    destroy_process_group, and on a real two-node Slurm a rank aborted there, exit -6)."""
+    from qwen3_trn_helpers.smoke import _command, _rungs
+
+    rung = next(r for r in _rungs(full_size=False) if r.name == "collectives")
+    shutdowns = tmp_path / "shutdowns"
+    shutdowns.mkdir()
+    env = _hooked_env(tmp_path, AT_SHUTDOWN, SHUTDOWN_DIR=str(shutdowns))
+    passed, problems = 0, []
+    for attempt in range(20):
+        across = RunSpec(nnodes=2, nproc=1, rdzv_endpoint=f"127.0.0.1:{free_port()}",
+                         rdzv_timeout=120, out="x")  # fmt: skip
+        cmd = _command(rung, tmp_path, across)
+        agents = [
+            subprocess.Popen(
+                cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )  # fmt: skip
+            for _ in range(2)
+        ]
+        outputs = [agent.communicate(timeout=300)[0] for agent in agents]
+        codes = [agent.returncode for agent in agents]
+        said = sorted(ln for out in outputs for ln in out.splitlines() if ln.startswith("ok: "))
+        if codes == [0, 0] and len(said) == 2 and not any("terminate" in o for o in outputs):
+            passed += 1
+        else:
+            problems.append((attempt, codes, [o[-1500:] for o in outputs]))
+    assert (passed, problems) == (20, []), problems[:2]
+    assert _shutdowns_with_threads(shutdowns) == {}

@@ -29,7 +29,13 @@ from ..training.metrics_file import read_metrics
 from ..training.plan import Plan
 from ..training.spec import RESUME_AUTO, RunSpec
 from .child import run_child, stop_process_group
-from .folder import RunResult, new_out_dir, own_run_folder, settle_run_folder
+from .folder import (
+    RunResult,
+    new_out_dir,
+    own_run_folder,
+    prepare_out_dir,
+    settle_run_folder,
+)
 from .lifeline import launcher_environment, watched
 from .neuron_cores import neuron_rank_environment, with_class_slice
 from .rendezvous import JoinWatch, check_endpoint_reachable_by_all, launch_entry
@@ -237,6 +243,8 @@ def _launch_in(
                     file=sys.stderr, flush=True,
                 )  # fmt: skip
                 log_path.rename(log_path.with_name(f"{log_path.stem}.{attempt}{log_path.suffix}"))
+                if not resumed_from:  # what the failed ranks wrote (run.json: failed) goes
+                    prepare_out_dir(out, overwrite=True)
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the ranks were stopped
         close_bar()
         stop.files_line = finalise_after_stop(out, stop, agents[-1] if agents else None)
