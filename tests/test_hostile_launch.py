@@ -246,3 +246,79 @@ def test_the_fabric_check_passes_20_times_in_a_row_on_two_agents(tmp_path):
             problems.append((attempt, codes, [o[-1500:] for o in outputs]))
     assert (passed, problems) == (20, []), problems[:2]
     assert _shutdowns_with_threads(shutdowns) == {}
+
+
+# --- 4. compile-cache faults: one line naming the folder and the fix ----------------------
+
+
+def _compiled_train(tmp_path: Path, monkeypatch, cache: Path, capsys) -> tuple[int, str]:
+    from qwen3_trn_helpers.cli import main
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
+    argv = ["train", "--steps", "1", "--compile", "--no-progress", "--out", str(tmp_path / "r")]
+    code = main(argv)
+    return code, capsys.readouterr().err
+
+
+def test_a_compile_cache_that_is_a_file_is_refused_before_compiling(tmp_path, monkeypatch, capsys):
+    """The cache folder replaced by a file ended, deep in the first compiled step, in
+    `error: unexpected FileExistsError`; now one line before anything compiles."""
+    cache = tmp_path / "inductor"
+    cache.write_text("not a folder")
+    code, err = _compiled_train(tmp_path, monkeypatch, cache, capsys)
+    assert code == 1
+    assert err.strip() == (
+        f"error: the compile cache {cache} cannot be a folder: {cache} is a file, not a "
+        f"folder; delete it (rm {cache}) or set TORCHINDUCTOR_CACHE_DIR to another folder"
+    )
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+def test_a_compile_cache_that_cannot_be_written_is_refused(tmp_path, monkeypatch):
+    """A cache where nothing can be written (a read-only file system; here sysfs, which
+    refuses even root) ended in `unexpected InductorError: OSError ... Read-only file
+    system`; now it is named with the fix."""
+    from qwen3_trn_helpers.errors import AssetError
+    from qwen3_trn_helpers.training.compile import check_compile_cache
+
+    if not Path("/sys/kernel").is_dir():
+        pytest.skip("no sysfs here (Linux only)")
+    cache = Path("/sys/kernel/qwen3-trn-inductor")
+    with pytest.raises(AssetError) as refused:
+        check_compile_cache("TORCHINDUCTOR_CACHE_DIR", cache)
+    said = str(refused.value)
+    assert said.startswith(f"the compile cache {cache} cannot be written (")
+    assert said.endswith(
+        f"make it writable, delete it (rm -r {cache}) or set TORCHINDUCTOR_CACHE_DIR to "
+        "another folder"
+    )
+    # a named folder of inductor's replaced by a file is named too
+    cache = tmp_path / "inductor"
+    cache.mkdir()
+    (cache / "fxgraph").write_text("x")
+    with pytest.raises(AssetError, match=r"cannot be written \(a file where a folder belongs"):
+        check_compile_cache("TORCHINDUCTOR_CACHE_DIR", cache)
+    check_compile_cache("TORCHINDUCTOR_CACHE_DIR", tmp_path / "fresh" / "inductor")  # made
+    assert (tmp_path / "fresh" / "inductor").is_dir()
+
+
+def test_a_damaged_cache_entry_is_named_with_the_folder(tmp_path):
+    """Random bytes in a cache entry: inductor's error names the entry's path (torch
+    2.14: ``InductorError: ... Failed to import <cache>/yq/cyq....py``): the line names
+    the folder and says to delete it; an error elsewhere is left alone."""
+    from qwen3_trn_helpers.training.compile import cache_fault
+
+    cache = tmp_path / "inductor"
+    entry = cache / "yq" / "cyqs7rzg7pzn35swhoztb3wq5uggh6nzlbrabsljhn4gpm22qtnz.py"
+    try:
+        try:
+            raise SyntaxError(f"source code string cannot contain null bytes ({entry})")
+        except SyntaxError as inner:
+            raise RuntimeError(f"Failed to import {entry}") from inner
+    except RuntimeError as e:
+        said = cache_fault(e, cache)
+    assert said is not None and said.startswith(f"the compile cache {cache} holds a damaged entry")
+    assert said.endswith(
+        f"delete the folder (rm -r {cache}) and run again: the next run compiles afresh"
+    )
+    assert cache_fault(RuntimeError("shape mismatch in aten.mm"), cache) is None

@@ -148,9 +148,9 @@ def check_compile_cache(var: str, folder: Path) -> None:
         ) from None
 
 
-#: the folders inductor makes in its cache (torch 2.14: torch/_inductor/codecache.py,
-#: runtime/cache_dir_utils.py)
-CACHE_SUBFOLDERS = ("fxgraph", "aotautograd", "triton", "cpp", "kernel")
+#: the named folders inductor makes in its cache (torch 2.14, seen after a compiled tiny
+#: run; beside them, one folder per two-letter hash prefix holding compiled kernels)
+CACHE_SUBFOLDERS = ("fxgraph", "aotautograd", "locks")
 
 
 def cache_fault(error: BaseException, folder: Path) -> str | None:
