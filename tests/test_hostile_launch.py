@@ -322,3 +322,25 @@ def test_a_damaged_cache_entry_is_named_with_the_folder(tmp_path):
         f"delete the folder (rm -r {cache}) and run again: the next run compiles afresh"
     )
     assert cache_fault(RuntimeError("shape mismatch in aten.mm"), cache) is None
+
+
+def test_an_unreadable_cache_entry_warns_in_one_line(tmp_path, caplog):
+    """Random bytes in an FX graph entry: inductor logged a traceback per graph (two on
+    the terminal in the probe) and compiled again; now one line names the folder."""
+    import logging
+    import pickle
+
+    from qwen3_trn_helpers.training.compile import short_cache_warnings
+
+    logger = logging.getLogger("torch._inductor.codecache")
+    with short_cache_warnings(tmp_path), caplog.at_level(logging.WARNING, logger=logger.name):
+        try:
+            pickle.loads(b"^garbage")
+        except pickle.UnpicklingError:
+            logger.warning("fx graph cache unable to load compiled graph", exc_info=True)
+    [record] = caplog.records
+    assert record.getMessage() == (
+        f"the compile cache {tmp_path} holds an entry that cannot be read (UnpicklingError); "
+        f"compiling that graph again (rm -r {tmp_path} if this repeats)"
+    )
+    assert record.exc_info is None and "Traceback" not in caplog.text

@@ -24,6 +24,8 @@ run:
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 #: torch.compile backend per device type. "neuron": AWS Neuron 2.33 docs, torch.compile
@@ -186,3 +188,29 @@ def keep_dynamo_settings():
     import torch._dynamo.config as dynamo_config
 
     return dynamo_config.patch({name: getattr(dynamo_config, name) for name in DYNAMO_SETTINGS})
+
+
+@contextmanager
+def short_cache_warnings(folder: Path) -> Iterator[None]:
+    """Inductor's warning for a cache entry it cannot read (random bytes in an FX graph
+    entry) as one line naming the folder, instead of a traceback per graph; inductor
+    compiles that graph again, so the run goes on."""
+    import logging
+
+    def shorten(record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("fx graph cache unable to load"):
+            reason = record.exc_info[1] if record.exc_info else None
+            record.msg = (
+                f"the compile cache {folder} holds an entry that cannot be read "
+                f"({type(reason).__name__ if reason else 'unreadable'}); compiling that graph "
+                f"again (rm -r {folder} if this repeats)"
+            )
+            record.args, record.exc_info, record.exc_text = (), None, None
+        return True
+
+    logger = logging.getLogger("torch._inductor.codecache")
+    logger.addFilter(shorten)
+    try:
+        yield
+    finally:
+        logger.removeFilter(shorten)

@@ -49,6 +49,7 @@ from .compile import (
     check_compile_cache,
     compile_cache_folder,
     keep_dynamo_settings,
+    short_cache_warnings,
     use_package_caches,
 )
 from .patches import Patch
@@ -109,6 +110,7 @@ class _RunScope:
                 cache = compile_cache_folder(options.device)
                 if cache is not None:  # a folder that cannot work: one line, now
                     check_compile_cache(*cache)
+                    self._scope.enter_context(short_cache_warnings(cache[1]))
                 self._scope.enter_context(keep_dynamo_settings())
             super().__init__(config)  # type: ignore[call-arg]
             if options.device == "cpu" and world > 1:
