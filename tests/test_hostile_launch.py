@@ -344,3 +344,31 @@ def test_an_unreadable_cache_entry_warns_in_one_line(tmp_path, caplog):
         f"compiling that graph again (rm -r {tmp_path} if this repeats)"
     )
     assert record.exc_info is None and "Traceback" not in caplog.text
+
+
+# --- 10. a lost rank's node is named -------------------------------------------------------
+
+
+def test_a_lost_peer_names_its_node(monkeypatch):
+    """A rank killed on one node: the others said "a node stopped" without naming which;
+    now the node (its rank in the job, host name and address), from gloo's error and
+    the nodes the ranks reported at start."""
+    from qwen3_trn_helpers.training import ranks
+    from qwen3_trn_helpers.training.trainer import peer_lost_message
+
+    gloo = "[gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:35456."
+    monkeypatch.setenv("GROUP_RANK", "0")
+    monkeypatch.setattr(ranks, "JOB_NODES", [("0", "trn2-a"), ("1", "localhost")])
+    said = peer_lost_message(gloo)
+    assert said.startswith(
+        "another rank of the job stopped or became unreachable (node 1 (localhost) at "
+        "127.0.0.1 stopped, failed or lost its network)"
+    )
+    # three nodes, an address none of them has: the address at least
+    monkeypatch.setattr(ranks, "JOB_NODES", [("0", "a"), ("1", "b.invalid"), ("2", "c.invalid")])
+    assert "(the node at 10.9.8.7 stopped" in peer_lost_message(
+        gloo.replace("127.0.0.1", "10.9.8.7")
+    )
+    # no address in the error, two nodes: the other one
+    monkeypatch.setattr(ranks, "JOB_NODES", [("0", "trn2-a"), ("1", "trn2-b")])
+    assert "(node 1 (trn2-b) stopped" in peer_lost_message("Connection reset by peer")

@@ -273,7 +273,12 @@ def _launch_in(
         if multinode and not never_met and "RendezvousConnectionError" in text:
             # the node that held the rendezvous store went away mid-run: this node's
             # torchrun loses the store before its rank notices the lost peer
-            raise TrainingError(f"after step {last_step}: {PEER_LOST}")
+            from ..training.spec import split_endpoint
+
+            host = split_endpoint(spec.rdzv_endpoint)[0]
+            holder = f"the first node ({host}, which holds the rendezvous store)"
+            said = PEER_LOST.replace("(a node stopped, failed", f"({holder} stopped, failed")
+            raise TrainingError(f"after step {last_step}: {said}")
         result.check(f"{plan.world_size}-rank run")
     if not (out / "run.json").exists():  # rank 0 ran on another node, without shared storage
         return RunResult(out=out, spec=spec, status="completed", writer=False)

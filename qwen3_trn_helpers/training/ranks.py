@@ -10,6 +10,7 @@ every rank checks that the job runs one set of software.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 from collections.abc import Iterator
@@ -136,9 +137,46 @@ def check_same_versions(settings: dict | None = None) -> None:
         dist.all_gather_object(reports, mine, group=group)
     finally:
         dist.destroy_process_group(group)
+    JOB_NODES[:] = [(str(r["node"]), str(r["host"])) for r in reports]
     problem = version_mismatch(reports) or settings_mismatch(reports)
     if problem:
         raise ConfigError(problem)
+
+
+#: (node rank, host name) of each rank of this job, as the ranks reported them at start
+#: (:func:`check_same_versions`): to name the node a lost peer ran on
+JOB_NODES: list[tuple[str, str]] = []
+
+#: the peer address in gloo's lost-connection errors ("Connection closed by peer
+#: [10.0.0.2]:35456", "Read error [10.0.0.2]:57121: Connection reset by peer")
+_PEER = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")
+
+
+def lost_node(error_text: str) -> str | None:
+    """The node a lost peer ran on, named (``node 1 (trn2-b) at 10.0.0.2``), from the
+    collective's error and the job's nodes; the bare address where no node matches, None
+    where the error names none and the job's other node is not the only candidate."""
+    found = _PEER.search(error_text)
+    address = found.group(1) if found else None
+    me = os.environ.get("GROUP_RANK", "0")
+    others = sorted({n for n in JOB_NODES if n[0] != me})
+    if address is not None:
+        matches = [n for n in others if address in _addresses(n[1])]
+        if len(matches) == 1 or (len(others) == 1 and not matches):
+            node, host = (matches or others)[0]
+            return f"node {node} ({host}) at {address}"
+        return f"the node at {address}"
+    if len(others) == 1:
+        return f"node {others[0][0]} ({others[0][1]})"
+    return None
+
+
+def _addresses(host: str) -> set[str]:
+    """Every address ``host`` resolves to here (none if it does not resolve)."""
+    try:
+        return {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return set()
 
 
 def end_process_groups(*, barrier: bool = True) -> None:

@@ -85,6 +85,19 @@ def lost_peer(error: BaseException) -> bool:
     return isinstance(error, dist.DistError) or any(w in str(error) for w in _LOST_PEER)
 
 
+def peer_lost_message(error_text: str) -> str:
+    """:data:`PEER_LOST`, naming the node the lost rank ran on where the error tells."""
+    from .ranks import lost_node
+
+    node = lost_node(error_text)
+    if node is None:
+        return PEER_LOST
+    return PEER_LOST.replace(
+        "(a node stopped, failed or lost its network)",
+        f"({node} stopped, failed or lost its network)",
+    )
+
+
 class _RunScope:
     """Mixin for a torchtitan trainer: patches, process group and failures of one run."""
 
@@ -173,7 +186,7 @@ class _RunScope:
                 raise
             if lost_peer(e):
                 raise TrainingError(
-                    f"step {self.step}: {PEER_LOST}",  # type: ignore[attr-defined]
+                    f"step {self.step}: {peer_lost_message(str(e))}",  # type: ignore[attr-defined]
                     step=self.step,  # type: ignore[attr-defined]
                 ) from None
             value = self._non_finite_value()
