@@ -424,7 +424,10 @@ def finalise_after_stop(out: Path, stop: KeyboardInterrupt, agent: int | None) -
     from .folder import latest_checkpoint_step
 
     metrics = out / "metrics.jsonl"
-    steps = [r["step"] for r in read_metrics(metrics)] if metrics.exists() else []
+    try:
+        steps = [r["step"] for r in read_metrics(metrics)] if metrics.exists() else []
+    except (OSError, ValueError, KeyError):  # (a file the stop cut mid-line: said below)
+        steps = []
     manifest = out / "run.json"
     try:
         info = json.loads(manifest.read_text())
