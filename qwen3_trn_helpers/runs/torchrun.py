@@ -426,7 +426,7 @@ def finalise_after_stop(out: Path, stop: KeyboardInterrupt, agent: int | None) -
     metrics = out / "metrics.jsonl"
     try:
         steps = [r["step"] for r in read_metrics(metrics)] if metrics.exists() else []
-    except (OSError, ValueError, KeyError):  # (a file the stop cut mid-line: said below)
+    except (OSError, ValueError, KeyError):  # (a line the stop cut short: never a 2nd error)
         steps = []
     manifest = out / "run.json"
     try:
@@ -447,6 +447,6 @@ def finalise_after_stop(out: Path, stop: KeyboardInterrupt, agent: int | None) -
     checkpoint = latest_checkpoint_step(out)
     saved = f"; checkpoint of step {checkpoint} saved" if checkpoint else ""
     if not steps:
-        held = "no metrics.jsonl" if not metrics.exists() else "metrics.jsonl is empty"
+        held = "no metrics.jsonl" if not metrics.exists() else "metrics.jsonl holds no step"
         return f"no step completed; {held}{saved}"
     return f"steps {steps[0]}-{steps[-1]} are in metrics.jsonl{saved}"
