@@ -372,3 +372,25 @@ def test_a_lost_peer_names_its_node(monkeypatch):
     # no address in the error, two nodes: the other one
     monkeypatch.setattr(ranks, "JOB_NODES", [("0", "trn2-a"), ("1", "trn2-b")])
     assert "(node 1 (trn2-b) stopped" in peer_lost_message("Connection reset by peer")
+
+
+def test_the_stop_line_says_what_the_folder_holds(tmp_path):
+    """After a stop the terminal names the steps metrics.jsonl holds and the checkpoint,
+    never "every completed step is in metrics.jsonl" over a folder without one."""
+    from qwen3_trn_helpers.errors import Terminated
+    from qwen3_trn_helpers.runs.torchrun import finalise_after_stop
+
+    run = tmp_path / "run"
+    run.mkdir()
+    assert finalise_after_stop(run, Terminated(), None) == "no step completed; no metrics.jsonl"
+    (run / "metrics.jsonl").write_text("")
+    assert (
+        finalise_after_stop(run, Terminated(), None)
+        == "no step completed; metrics.jsonl holds no step"
+    )
+    lines = [json.dumps({"step": s, "loss": 1.0}) for s in (1, 2, 3)]
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    (run / "run.json").write_text(json.dumps({"status": "running", "agent": None}))
+    assert finalise_after_stop(run, KeyboardInterrupt(), 1234) == "steps 1-3 are in metrics.jsonl"
+    info = json.loads((run / "run.json").read_text())
+    assert (info["status"], info["steps_completed"]) == ("interrupted", 3)

@@ -449,4 +449,6 @@ def finalise_after_stop(out: Path, stop: KeyboardInterrupt, agent: int | None) -
     if not steps:
         held = "no metrics.jsonl" if not metrics.exists() else "metrics.jsonl holds no step"
         return f"no step completed; {held}{saved}"
+    if steps[0] == steps[-1]:
+        return f"step {steps[0]} is in metrics.jsonl{saved}"
     return f"steps {steps[0]}-{steps[-1]} are in metrics.jsonl{saved}"
