@@ -716,7 +716,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt as e:
         what = "terminated" if isinstance(e, Terminated) else "interrupted"
-        print(f"{what}: every completed step is in metrics.jsonl", file=sys.stderr)
+        # (a launch names what the run folder holds: runs/torchrun.py finalise_after_stop)
+        held = getattr(e, "files_line", None) or "every completed step is in metrics.jsonl"
+        print(f"{what}: {held}", file=sys.stderr)
         if str(e).startswith("stopped by signal"):  # a checkpoint saved on SIGTERM
             print(f"{what}: {e}", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED

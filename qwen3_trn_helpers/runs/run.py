@@ -116,6 +116,7 @@ def execute(plan: Plan, reporter: Reporter) -> RunResult:
         check_hub_answers(plan)
         if plan.device_type == "neuron":
             warn_thin_slack(plan)
+    check_compile_cache_first(plan)
     if not plan.spec.skip_memory_check:
         problem = memory_fit_problem(plan, available_memory_gib())
         if problem:
@@ -131,6 +132,20 @@ def execute(plan: Plan, reporter: Reporter) -> RunResult:
         from .torchrun import run_with_torchrun
 
         return run_with_torchrun(plan, reporter)
+
+
+def check_compile_cache_first(plan: Plan) -> None:
+    """The compile cache a run uses, checked before anything imports torch._dynamo:
+    importing it makes inductor's cache folder (torch 2.14, torch/_dynamo/package.py), so
+    a cache that is a file failed there with a bare FileExistsError, even uncompiled."""
+    from ..training.compile import check_compile_cache, compile_cache_folder, use_package_caches
+
+    for step in ("the user's", "the package's"):  # (importing torch._inductor makes it)
+        if step == "the package's" and plan.spec.compile:
+            use_package_caches(plan.device_type)
+        cache = compile_cache_folder(plan.device_type)
+        if cache is not None:
+            check_compile_cache(*cache)
 
 
 def warn_thin_slack(plan: Plan) -> None:

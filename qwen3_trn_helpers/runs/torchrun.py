@@ -13,7 +13,9 @@ kernel lives for hours.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -27,7 +29,13 @@ from ..training.metrics_file import read_metrics
 from ..training.plan import Plan
 from ..training.spec import RESUME_AUTO, RunSpec
 from .child import run_child, stop_process_group
-from .folder import RunResult, new_out_dir, own_run_folder, settle_run_folder
+from .folder import (
+    RunResult,
+    new_out_dir,
+    own_run_folder,
+    prepare_out_dir,
+    settle_run_folder,
+)
 from .lifeline import launcher_environment, watched
 from .neuron_cores import neuron_rank_environment, with_class_slice
 from .rendezvous import JoinWatch, check_endpoint_reachable_by_all, launch_entry
@@ -207,14 +215,40 @@ def _launch_in(
                         watch.close()  # every node came
 
     env = launcher_environment(rank_environment(plan, cores))  # runs/lifeline.py
+    agents: list[int] = []  # torchrun's pid, once it runs (run.json's agent on one node)
+
+    def report_steps_of(proc: subprocess.Popen) -> None:
+        if not agents or agents[-1] != proc.pid:
+            agents.append(proc.pid)
+        report_steps(proc)
+
     try:
-        result = run_child(
-            cmd, log=log_path, env=env, timeout=timeout,
-            while_running=report_steps,
-            # on SIGTERM the ranks save a checkpoint first (training/stopping.py)
-            grace_s=STOP_GRACE_S if spec.checkpoint_interval else 30,
-        )  # fmt: skip
-        report_steps_written(out / "metrics.jsonl")  # steps written since the last look
+        for attempt in range(1, PORT_CLASH_ATTEMPTS + 1):
+            result = run_child(
+                cmd, log=log_path, env=env, timeout=timeout,
+                while_running=report_steps_of,
+                # on SIGTERM the ranks save a checkpoint first (training/stopping.py)
+                grace_s=STOP_GRACE_S if spec.checkpoint_interval else 30,
+            )  # fmt: skip
+            report_steps_written(out / "metrics.jsonl")  # steps written since the last look
+            port = clashed_port(result.output) if not result.ok else None
+            if port is None or multinode or last_step != resumed_from:
+                break  # (several nodes: every node would have to start again; see below)
+            if attempt < PORT_CLASH_ATTEMPTS:
+                # one node: torchrun chose the port (--standalone), so another is as good
+                print(
+                    f"note: port {port}, which torchrun picked for the ranks' store, was "
+                    "taken by another process as the ranks started (EADDRINUSE); launching "
+                    f"again on another port (attempt {attempt + 1} of {PORT_CLASH_ATTEMPTS})",
+                    file=sys.stderr, flush=True,
+                )  # fmt: skip
+                log_path.rename(log_path.with_name(f"{log_path.stem}.{attempt}{log_path.suffix}"))
+                if not resumed_from:  # what the failed ranks wrote (run.json: failed) goes
+                    prepare_out_dir(out, overwrite=True)
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the ranks were stopped
+        close_bar()
+        stop.files_line = finalise_after_stop(out, stop, agents[-1] if agents else None)
+        raise
     finally:
         close_bar()
         if watch is not None:
@@ -224,6 +258,8 @@ def _launch_in(
         raise TrainingError(f"{plan.world_size}-rank run passed {timeout:.0f} s; stopped")
     if not result.ok and watch is not None and watch.mismatch:
         raise ConfigError(watch.mismatch)  # the other node stopped first
+    if not result.ok and clashed_port(result.output) is not None and last_step == resumed_from:
+        raise TrainingError(port_clash_message(spec, clashed_port(result.output), multinode))
     if not result.ok:
         text = result.output
         # (afterwards: a node left mid-run; ranks that started mean the nodes met)
@@ -237,7 +273,12 @@ def _launch_in(
         if multinode and not never_met and "RendezvousConnectionError" in text:
             # the node that held the rendezvous store went away mid-run: this node's
             # torchrun loses the store before its rank notices the lost peer
-            raise TrainingError(f"after step {last_step}: {PEER_LOST}")
+            from ..training.spec import split_endpoint
+
+            host = split_endpoint(spec.rdzv_endpoint)[0]
+            holder = f"the first node ({host}, which holds the rendezvous store)"
+            said = PEER_LOST.replace("(a node stopped, failed", f"({holder} stopped, failed")
+            raise TrainingError(f"after step {last_step}: {said}")
         result.check(f"{plan.world_size}-rank run")
     if not (out / "run.json").exists():  # rank 0 ran on another node, without shared storage
         return RunResult(out=out, spec=spec, status="completed", writer=False)
@@ -314,3 +355,100 @@ def missing_nodes_message(spec: RunSpec, joined: int | None) -> str:
         "command on every node, check that each reaches that address and port (a "
         "firewall or security group may block it), or raise --rdzv-timeout"
     )
+
+
+#: launches on one node that meet a port another process took as the ranks started
+PORT_CLASH_ATTEMPTS = 3
+
+#: torch's TCPStore server, when the port it was given is taken (torch 2.14, libuv
+#: store: "The server socket has failed to listen on any local network address. port:
+#: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use";
+#: the older store: "... failed to bind to [::]:29500 (errno: 98 - Address already in
+#: use)")
+_CLASH = re.compile(
+    r"port: (\d+), useIpv6: \w+, code: -?\d+, name: EADDRINUSE"
+    r"|failed to bind to \S*:(\d+) \(errno: 98"
+)
+
+
+def clashed_port(output: str) -> int | None:
+    """The port a rank's (or torchrun's) store could not listen on because another
+    process held it, from the launch's output; None if no store met that.
+
+    Why: torchrun (``--standalone``, or with a fresh store each round) picks rank 0's
+    store port by binding a free port and closing it again; the rank binds it seconds
+    later, and another job on the machine can take it in between.
+    """
+    found = _CLASH.search(output)
+    return int(found.group(1) or found.group(2)) if found else None
+
+
+def port_clash_message(spec: RunSpec, port: int, multinode: bool) -> str:
+    """What a user reads when a store port was taken: which port, whose, the fix."""
+    from ..training.spec import split_endpoint
+
+    if multinode and spec.rdzv_endpoint and split_endpoint(spec.rdzv_endpoint)[1] == port:
+        return (
+            f"port {port} of --rdzv-endpoint {spec.rdzv_endpoint} is in use by another "
+            "process on the first node (EADDRINUSE): pick a free port there (`ss -ltn` "
+            "lists the taken ones), the same --rdzv-endpoint on every node"
+        )
+    if multinode:
+        return (
+            f"port {port}, which torchrun picked on the first node for the ranks' store, "
+            "was taken by another process as the ranks started (EADDRINUSE); no step ran: "
+            "start the job again (torchrun picks another port), or add --max-restarts 1 "
+            "so that torchrun starts the ranks again on a new port by itself"
+        )
+    return (
+        f"port {port}, which torchrun picked for the ranks' store, was taken by another "
+        f"process as the ranks started, {PORT_CLASH_ATTEMPTS} launches in a row "
+        "(EADDRINUSE); no step ran: another job on this machine is taking ports as fast "
+        "as they free up; start again once it has settled"
+    )
+
+
+def finalise_after_stop(out: Path, stop: KeyboardInterrupt, agent: int | None) -> str:
+    """After a stop: run.json finalised if the ranks could not do it; what the folder holds.
+
+    A rank that gets SIGTERM inside a step (the first compiled step takes minutes on
+    trn2) finishes the step before it stops; torchrun kills it 30 s after its own
+    SIGTERM, before rank 0 records the stop, and run.json said ``running`` for good.
+    This launch saw the stop, so it records it: ``terminated`` (SIGTERM) or
+    ``interrupted`` (Ctrl-C), the steps metrics.jsonl holds, and why. Only the node
+    whose torchrun started rank 0 does (``agent``: this node's torchrun pid); the line
+    returned names what the folder holds, for the terminal.
+    """
+    from ..errors import Terminated
+    from ..training.metrics_file import strict_json
+    from .folder import latest_checkpoint_step
+
+    metrics = out / "metrics.jsonl"
+    try:
+        steps = [r["step"] for r in read_metrics(metrics)] if metrics.exists() else []
+    except (OSError, ValueError, KeyError):  # (a line the stop cut short: never a 2nd error)
+        steps = []
+    manifest = out / "run.json"
+    try:
+        info = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        info = None
+    ours = isinstance(info, dict) and info.get("agent") in (None, [socket.gethostname(), agent])
+    if ours and info.get("status") == "running":
+        info["status"] = "terminated" if isinstance(stop, Terminated) else "interrupted"
+        info["steps_completed"] = len(steps)
+        info["stopped"] = (
+            "the ranks were killed in a step, before they could record the stop "
+            "(torchrun's 30 s grace ran out); recorded by the launch"
+        )
+        partial = manifest.with_name(".run.json.partial")
+        partial.write_text(strict_json(info, indent=2))
+        partial.replace(manifest)
+    checkpoint = latest_checkpoint_step(out)
+    saved = f"; checkpoint of step {checkpoint} saved" if checkpoint else ""
+    if not steps:
+        held = "no metrics.jsonl" if not metrics.exists() else "metrics.jsonl holds no step"
+        return f"no step completed; {held}{saved}"
+    if steps[0] == steps[-1]:
+        return f"step {steps[0]} is in metrics.jsonl{saved}"
+    return f"steps {steps[0]}-{steps[-1]} are in metrics.jsonl{saved}"

@@ -24,6 +24,8 @@ run:
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 #: torch.compile backend per device type. "neuron": AWS Neuron 2.33 docs, torch.compile
@@ -109,6 +111,76 @@ def use_package_caches(
     return {var: environ[var]}
 
 
+def compile_cache_folder(device_type: str) -> tuple[str, Path] | None:
+    """The compile cache a run on ``device_type`` uses: (its variable, its folder), once
+    :func:`use_package_caches` (or the user) set it; None where nothing set it."""
+    var = NEFF_CACHE_VAR if device_type == "neuron" else INDUCTOR_CACHE_VAR
+    return (var, Path(os.environ[var]).expanduser()) if os.environ.get(var) else None
+
+
+def check_compile_cache(var: str, folder: Path) -> None:
+    """Refuse, in one line naming the folder and the fix, a compile cache that cannot
+    work, before anything compiles (as the package checks its assets).
+
+    Why: inductor met a cache folder replaced by a file with ``FileExistsError`` and a
+    read-only one with ``InductorError: OSError ... Read-only file system``, each deep
+    inside the first compiled step, with neither the folder nor the fix named.
+    """
+    import tempfile
+
+    from ..errors import AssetError
+
+    elsewhere = f"or set {var} to another folder"
+    for path in (folder, *folder.parents):
+        if path.exists() or path.is_symlink():
+            if not path.is_dir():
+                raise AssetError(
+                    f"the compile cache {folder} cannot be a folder: {path} is a file, not "
+                    f"a folder; delete it (rm {path}) {elsewhere}"
+                )
+            break
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+        for entry in folder.iterdir():  # inductor writes into these (fxgraph, aotautograd...)
+            if entry.is_dir() and not os.access(entry, os.W_OK | os.X_OK):
+                raise PermissionError(13, "Permission denied", str(entry))
+            if entry.name in CACHE_SUBFOLDERS and not entry.is_dir():
+                raise FileExistsError(17, "a file where a folder belongs", str(entry))
+    except OSError as e:
+        where = e.filename or folder
+        raise AssetError(
+            f"the compile cache {folder} cannot be written ({e.strerror}: {where}); make it "
+            f"writable, delete it (rm -r {folder}) {elsewhere}"
+        ) from None
+
+
+#: the named folders inductor makes in its cache (torch 2.14, seen after a compiled tiny
+#: run; beside them, one folder per two-letter hash prefix holding compiled kernels)
+CACHE_SUBFOLDERS = ("fxgraph", "aotautograd", "locks")
+
+
+def cache_fault(error: BaseException, folder: Path) -> str | None:
+    """One line for an error that a damaged entry of the compile cache ``folder`` caused
+    (inductor names the entry's path: ``Failed to import /.../inductor/xx/yy.py``); None
+    for any other error."""
+    seen, chain = set(), error
+    while chain is not None and id(chain) not in seen:
+        seen.add(id(chain))
+        text = str(chain)
+        if str(folder) in text:
+            first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+            return (
+                f"the compile cache {folder} holds a damaged entry ({type(chain).__name__}: "
+                f"{first[:300]}); delete the folder (rm -r {folder}) and run again: the "
+                "next run compiles afresh"
+            )
+        chain = chain.__cause__ or chain.__context__
+    return None
+
+
 #: dynamo settings torchtitan 0.3.0's ``apply_compile`` sets for the whole process
 DYNAMO_SETTINGS = ("capture_scalar_outputs", "skip_fwd_side_effects_in_bwd_under_checkpoint")
 
@@ -141,3 +213,29 @@ def static_shapes(device_type: str):
     if device_type != "neuron":
         return contextlib.nullcontext()
     return dynamo_config.patch(automatic_dynamic_shapes=False)
+
+
+@contextmanager
+def short_cache_warnings(folder: Path) -> Iterator[None]:
+    """Inductor's warning for a cache entry it cannot read (random bytes in an FX graph
+    entry) as one line naming the folder, instead of a traceback per graph; inductor
+    compiles that graph again, so the run goes on."""
+    import logging
+
+    def shorten(record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("fx graph cache unable to load"):
+            reason = record.exc_info[1] if record.exc_info else None
+            record.msg = (
+                f"the compile cache {folder} holds an entry that cannot be read "
+                f"({type(reason).__name__ if reason else 'unreadable'}); compiling that graph "
+                f"again (rm -r {folder} if this repeats)"
+            )
+            record.args, record.exc_info, record.exc_text = (), None, None
+        return True
+
+    logger = logging.getLogger("torch._inductor.codecache")
+    logger.addFilter(shorten)
+    try:
+        yield
+    finally:
+        logger.removeFilter(shorten)

@@ -41,10 +41,18 @@ from torchtitan.experiments.transformers_modeling_backend.configs import (
 from torchtitan.experiments.transformers_modeling_backend.trainer import HFTransformerTrainer
 from torchtitan.trainer import Trainer
 
-from ..errors import PEER_LOST, ConfigError, NonFiniteLoss, TrainingError
+from ..errors import PEER_LOST, AssetError, ConfigError, NonFiniteLoss, TrainingError
 from ..model.variants import BlockwiseMoE, TorchtitanQwen3, TransformersV5, Variant
 from . import patches
-from .compile import keep_dynamo_settings, static_shapes, use_package_caches
+from .compile import (
+    cache_fault,
+    check_compile_cache,
+    compile_cache_folder,
+    keep_dynamo_settings,
+    short_cache_warnings,
+    static_shapes,
+    use_package_caches,
+)
 from .patches import Patch
 from .plan import Plan
 from .stopping import StopRequest, agreed
@@ -78,6 +86,19 @@ def lost_peer(error: BaseException) -> bool:
     return isinstance(error, dist.DistError) or any(w in str(error) for w in _LOST_PEER)
 
 
+def peer_lost_message(error_text: str) -> str:
+    """:data:`PEER_LOST`, naming the node the lost rank ran on where the error tells."""
+    from .ranks import lost_node
+
+    node = lost_node(error_text)
+    if node is None:
+        return PEER_LOST
+    return PEER_LOST.replace(
+        "(a node stopped, failed or lost its network)",
+        f"({node} stopped, failed or lost its network)",
+    )
+
+
 class _RunScope:
     """Mixin for a torchtitan trainer: patches, process group and failures of one run."""
 
@@ -100,6 +121,10 @@ class _RunScope:
             self._compiles = config.compile.enable  # --compile, or torchtitan's --compile.enable
             if self._compiles:
                 use_package_caches(options.device)
+                cache = compile_cache_folder(options.device)
+                if cache is not None:  # a folder that cannot work: one line, now
+                    check_compile_cache(*cache)
+                    self._scope.enter_context(short_cache_warnings(cache[1]))
                 self._scope.enter_context(keep_dynamo_settings())
                 self._scope.enter_context(static_shapes(options.device))
             super().__init__(config)  # type: ignore[call-arg]
@@ -154,10 +179,16 @@ class _RunScope:
         try:
             super().train_step(data_iterator)  # type: ignore[misc]
             self._stop_if_requested()
-        except RuntimeError as e:
+        except Exception as e:
+            cache = compile_cache_folder(self.config.qwen3_trn.device) if self._compiles else None  # type: ignore[attr-defined]
+            fault = cache_fault(e, cache[1]) if cache is not None else None
+            if fault is not None:
+                raise AssetError(fault) from None
+            if not isinstance(e, RuntimeError):
+                raise
             if lost_peer(e):
                 raise TrainingError(
-                    f"step {self.step}: {PEER_LOST}",  # type: ignore[attr-defined]
+                    f"step {self.step}: {peer_lost_message(str(e))}",  # type: ignore[attr-defined]
                     step=self.step,  # type: ignore[attr-defined]
                 ) from None
             value = self._non_finite_value()
