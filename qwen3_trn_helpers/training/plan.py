@@ -396,7 +396,10 @@ def plan_run(
 
     corpus = spec.corpus or preset.corpus
     embedded = corpus in (EMBEDDED, EMBEDDED_PRETRAIN)
-    if not embedded and (is_local(corpus) or "/" in corpus or Path(corpus).suffix):
+    # the preset's default names a dataset (c4), never a file or folder where the user
+    # stands: a folder named c4 there had broken plan, dry-run and the job files
+    local = not embedded and spec.corpus is not None and is_local(corpus)
+    if local or (not embedded and spec.corpus and ("/" in corpus or Path(corpus).suffix)):
         read_documents(corpus)  # a clear error now (missing, empty), not in the dataloader
 
     tokenizer_dir = None
@@ -452,7 +455,7 @@ def plan_run(
         seq_len=seq_len,
         attention=attention,
         corpus=corpus,
-        corpus_streams=not (embedded or is_local(corpus)),
+        corpus_streams=not (embedded or local),
         lr=spec.lr or preset.lr,
         moe_block_size=moe_block,
         tokenizer_dir=tokenizer_dir,

@@ -102,6 +102,9 @@ class _RunScope:
                 use_package_caches(options.device)
                 self._scope.enter_context(keep_dynamo_settings())
             super().__init__(config)  # type: ignore[call-arg]
+            # each checkpoint records the settings: a resume is checked against them
+            # even when run.json is lost (runs/folder.py: check_resume)
+            self.checkpointer.run_settings = options.settings  # type: ignore[attr-defined]
             if options.device == "cpu" and world > 1:
                 force_sum_reduction_for_gloo(self.model_parts)
         except BaseException:
@@ -334,7 +337,7 @@ def trainer_config(
     activation_checkpoint = activation_checkpoint_config(plan.activation_checkpoint)
     compile_ = compile_config(spec.compile, plan.device_type)
     backend = trainer.backend_fields(plan, init_dir)
-    dataset, dataset_path = dataset_args(plan.corpus)
+    dataset, dataset_path = dataset_args(plan.corpus, streams=plan.corpus_streams)
     saves = bool(spec.checkpoint_interval or spec.export_hf)
     kwargs: dict[str, Any] = dict(
         model_spec=variant.model_spec(plan.shape, plan.flavor, plan.attention),
