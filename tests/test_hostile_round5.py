@@ -83,9 +83,11 @@ def test_a_damaged_run_json_is_checked_against_the_checkpoint(
     DAMAGES[damage](out / "run.json")
     before = (out / "run.json").read_bytes() if (out / "run.json").exists() else None
     assert main(resume_argv(out, "--seq-len", "64")) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[0].startswith("note: ") and "settings saved with the checkpoint at step 2" in err[0]
-    assert len(err) == 2 and "seq len 256 -> 64" in err[1] and "unexpected" not in err[1]
+    line = one_error_line(capsys)
+    assert (
+        "seq len 256 -> 64 (" in line
+        and "; the settings saved with the checkpoint at step 2)" in line
+    )
     after = (out / "run.json").read_bytes() if (out / "run.json").exists() else None
     assert after == before and steps_in(out) == [1, 2]  # refused before anything changed
 
@@ -114,7 +116,11 @@ def test_a_resume_with_the_same_settings_goes_on_and_writes_run_json_anew(
     shutil.copytree(checkpointed, out)
     (out / "run.json").unlink()
     assert main(resume_argv(out)) == 0
-    assert "settings saved with the checkpoint at step 2" in capsys.readouterr().err
+    note = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("note: ")]
+    assert note == [
+        f"note: {out / 'run.json'} is missing; the settings saved with the checkpoint at step 2 "
+        "match this resume's; run.json is written anew"
+    ]
     info = json.loads((out / "run.json").read_text())
     assert info["status"] == "completed" and info["resolved"]["seq len"] == 256
     assert info["resumed_from_step"] == 2 and steps_in(out) == [1, 2, 3]

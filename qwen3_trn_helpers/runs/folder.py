@@ -307,16 +307,17 @@ def read_run_record(out: Path) -> tuple[dict[str, Any] | None, str]:
     return saved, ""
 
 
-def saved_settings(out: Path, step: int, *, echo: bool) -> dict[str, Any]:
-    """The settings to check a resume from ``step`` against: run.json's, else those the
-    checkpoint recorded (training/checkpoint.py); a folder with neither is refused, so
-    an unreadable run.json never turns the check off (a run trained at 256 tokens had
-    resumed at 64 with run.json removed, and run.json then claimed 64 for all of it)."""
+def saved_settings(out: Path, step: int) -> tuple[dict[str, Any], str]:
+    """(the settings to check a resume from ``step`` against, where they came from if not
+    from run.json): run.json's, else those the checkpoint recorded
+    (training/checkpoint.py); a folder with neither is refused, so an unreadable run.json
+    never turns the check off (a run trained at 256 tokens had resumed at 64 with
+    run.json removed, and run.json then claimed 64 for all of it)."""
     from ..training.checkpoint import SETTINGS_FILE, read_run_settings
 
     saved, problem = read_run_record(out)
     if saved is not None:
-        return saved
+        return saved, ""
     step_dir = out / "checkpoint" / f"step-{step}"
     recorded = read_run_settings(step_dir)
     if recorded is None:
@@ -330,14 +331,7 @@ def saved_settings(out: Path, step: int, *, echo: bool) -> dict[str, Any]:
             f"({SETTINGS_FILE}): this resume cannot be checked against the run's settings. "
             f"Put the run's run.json back, or start a new run ({fix})"
         )
-    if echo:
-        print(
-            f"note: {problem}; the resume is checked against the settings saved with "
-            f"the checkpoint at step {step}, and run.json is written anew",
-            file=sys.stderr,
-            flush=True,
-        )
-    return recorded
+    return recorded, f"{problem}; the settings saved with the checkpoint at step {step}"
 
 
 def check_resume(out: Path, step: int, plan: Plan, share: tuple[int, int] | None = (0, 1)) -> None:
@@ -354,7 +348,7 @@ def check_resume(out: Path, step: int, plan: Plan, share: tuple[int, int] | None
             f"the checkpoint in {out} is at step {step}; pass --steps above it to train on"
         )
     speaks = share is None or share[0] == 0
-    saved = saved_settings(out, step, echo=speaks)
+    saved, source = saved_settings(out, step)
     saved_resolved, saved_spec = saved["resolved"], saved["spec"]
     now, differences = plan.summary(), []
     for key in RESUME_MUST_MATCH:
@@ -366,8 +360,15 @@ def check_resume(out: Path, step: int, plan: Plan, share: tuple[int, int] | None
     if differences:
         raise ConfigError(
             f"--resume would continue the run in {out} with other settings: "
-            f"{'; '.join(differences)}. Pass the run's own settings again (only --steps, "
-            "ranks, nodes and checkpointing may change), or start a new run elsewhere"
+            f"{'; '.join(differences)}{f' ({source})' if source else ''}. Pass the run's "
+            "own settings again (only --steps, ranks, nodes and checkpointing may change), "
+            "or start a new run elsewhere"
+        )
+    if speaks and source:
+        print(
+            f"note: {source} match this resume's; run.json is written anew",
+            file=sys.stderr,
+            flush=True,
         )
     if speaks:
         note_metrics_gap(out / "metrics.jsonl", step)
