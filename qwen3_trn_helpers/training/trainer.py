@@ -468,6 +468,8 @@ def quiet_torchtitan(verbose: bool) -> Iterator[None]:
                 r"DTensor manual_seed\(\) may not have complete support on cpu",
                 "'set_vital' is deprecated",
                 "In CPU autocast, but the target dtype is not supported",
+                # torch's LR scheduler, as a resume loads its state (torchtitan's call)
+                "To get the last learning rate computed by the scheduler",
                 # torch's own FSDP2 still calls these; nothing for a user to change
                 r"`torch.distributed.(reduce_scatter_tensor|all_gather_into_tensor)` is "
                 "deprecated",
