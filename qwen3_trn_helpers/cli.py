@@ -195,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     k8s.add_argument("--name", default=None, help="the job's name (default: qwen3-trn-VARIANT)")
     k8s.add_argument(
+        "--namespace", default=None, help="the namespace (default: kubectl's current one)"
+    )
+    k8s.add_argument(
         "--api",
         choices=("trainjob", "pytorchjob"),
         default="trainjob",
@@ -488,10 +491,15 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
     return 0 if report.fits else EXIT_FAILED
 
 
-def _job_spec(args: argparse.Namespace):
-    """The spec a job file runs, planned for the nodes it will run on (checks included)."""
+def _job_spec(args: argparse.Namespace, *, pod_paths: bool = False):
+    """The spec a job file runs, planned for the nodes it will run on (checks included).
+
+    ``pod_paths``: the paths name files in the job's pods (k8s), not on this machine:
+    they must be absolute, and are not looked for here (a Slurm script is written on
+    the cluster, whose files are checked here and again on each node).
+    """
     from .device import resolve_device
-    from .runs.schedulers import refuse_control_characters
+    from .runs.schedulers import pod_path_free, refuse_control_characters
     from .training.plan import on_trn2, plan_run
 
     if args.steps is None:
@@ -499,15 +507,17 @@ def _job_spec(args: argparse.Namespace):
             f"a job file needs --steps N (how long the job trains); e.g. qwen3-trn "
             f"{args.command} --steps 1000 ..."
         )
-    spec = spec_from_args(args)
+    spec = spec_from_args(args) if not pod_paths else _spec_as_given(args)
     # before anything reads a file: a newline in a path must not reach an error line
     # or a job file
     refuse_control_characters(spec, {"the working folder": os.getcwd()})
+    planned = pod_path_free(spec) if pod_paths else spec
     target = resolve_device(spec.device) if spec.device == "auto" else spec.device
     if target == "neuron" and spec.nproc == 1:  # a trn2 node's ranks: one per NeuronCore
         spec = spec.replace(nproc=on_trn2(spec).nproc)
+        planned = planned.replace(nproc=spec.nproc)
     # every input checked as the nodes will see it (preset, layout, memory), here
-    plan = plan_run(spec, device_type=target)
+    plan = plan_run(planned, device_type=target)
     if plan.corpus_streams and spec.nnodes > 1 and not args.allow_hub_corpus:
         raise ConfigError(
             f"corpus {plan.corpus!r} streams from the Hugging Face hub on every rank of "
@@ -520,6 +530,14 @@ def _job_spec(args: argparse.Namespace):
 
         warn_thin_slack(plan)
     return spec, target == "neuron"
+
+
+def _spec_as_given(args: argparse.Namespace):
+    """The spec with its paths as typed: a pod's paths, not this folder's."""
+    from .training.spec import RunSpec
+
+    values = {f.name: getattr(args, f.name) for f in fields(RunSpec) if hasattr(args, f.name)}
+    return RunSpec(**values)
 
 
 def _cmd_slurm(args: argparse.Namespace) -> int:
@@ -535,8 +553,10 @@ def _cmd_k8s(args: argparse.Namespace) -> int:
 
     from .runs.schedulers import pytorchjob_manifest, trainjob_manifests
 
-    spec, on_trn2 = _job_spec(args)
-    options = dict(on_trn2=on_trn2, image=args.image, name=args.name, efa=args.efa)
+    spec, on_trn2 = _job_spec(args, pod_paths=True)
+    options = dict(
+        on_trn2=on_trn2, image=args.image, name=args.name, efa=args.efa, namespace=args.namespace
+    )
     if args.api == "pytorchjob":
         docs = [pytorchjob_manifest(spec, **options)]
     else:

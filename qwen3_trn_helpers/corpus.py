@@ -244,15 +244,22 @@ def register_datasets() -> None:
     )
 
 
-def dataset_args(corpus: str | Path) -> tuple[str, str | None]:
-    """(torchtitan dataset name, dataset_path) for a ``--corpus`` value."""
+def dataset_args(corpus: str | Path, *, streams: bool | None = None) -> tuple[str, str | None]:
+    """(torchtitan dataset name, dataset_path) for a ``--corpus`` value.
+
+    ``streams``: the plan's decision (``Plan.corpus_streams``) that the corpus is a
+    dataset by name; None decides here (a file or folder of that name is local). A
+    preset's default (``c4``) is always the dataset, whatever lies in the working
+    folder: a folder named c4 there had broken every trn2 preset.
+    """
     from torchtitan.hf_datasets.text_datasets import DATASETS
 
     register_datasets()
     corpus = str(corpus)
     if corpus in (EMBEDDED, EMBEDDED_PRETRAIN):
         return "qwen3_trn_text", str(embedded_corpus_path(corpus))
-    if not is_local(corpus) and corpus in DATASETS:
+    named = (not is_local(corpus)) if streams is None else streams
+    if named and corpus in DATASETS:
         return corpus, None  # torchtitan's own entry (e.g. c4, streamed from the hub)
     from .prepared import DATASET_NAME, is_prepared
 

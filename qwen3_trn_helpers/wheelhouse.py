@@ -405,18 +405,99 @@ def read_manifest(house: Path) -> dict:
             f"network: qwen3-trn wheelhouse {house})"
         )
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(path.read_bytes().decode("utf-8"))
     except ValueError as e:
         raise WheelhouseError(
             f"{path} is not valid JSON ({e}); copy the wheelhouse again"
         ) from None
+    except OSError as e:
+        raise WheelhouseError(
+            f"{path} cannot be read ({e.strerror or e}); copy the wheelhouse again"
+        ) from None
+    if not isinstance(manifest, dict):
+        raise WheelhouseError(
+            f"{path} holds a JSON {type(manifest).__name__}, not a manifest object; "
+            f"rebuild it: qwen3-trn wheelhouse {house}"
+        )
     if manifest.get("format") != FORMAT:
         raise WheelhouseError(
             f"{path} has format {manifest.get('format')}, this setup reads {FORMAT}; rebuild "
             "the wheelhouse with this checkout's `qwen3-trn wheelhouse`"
         )
     _check_entry_names(manifest, house)
+    _check_fields(manifest, house)
     return manifest
+
+
+def _is_text_map(value: object) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+
+
+#: what each field of a manifest must be; a field that is not is one line, never a
+#: KeyError or TypeError from inside verify (setup.sh runs it on a stick's manifest)
+_FIELDS = {
+    "qwen3_trn": ("a version", lambda v: isinstance(v, str) and bool(v)),
+    "requirement": ("a requirement", lambda v: isinstance(v, str) and bool(v)),
+    "target": ("a platform name", lambda v: isinstance(v, str)),
+    "python_version": ("a version like 3.11", lambda v: isinstance(v, str) and bool(v)),
+    "markers": (
+        "an object with sys_platform and platform_machine",
+        lambda v: _is_text_map(v) and {"sys_platform", "platform_machine"} <= set(v),
+    ),
+}
+
+
+def _entry_ok(entry: object) -> bool:
+    """A file's entry: its size and its sha256."""
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("bytes"), int)
+        and not isinstance(entry.get("bytes"), bool)
+        and isinstance(entry.get("sha256"), str)
+    )
+
+
+def _check_fields(manifest: dict, house: Path) -> None:
+    """Every field verify and install-assets read is there and of its type."""
+    where = house / MANIFEST
+    rebuild = f"rebuild it: qwen3-trn wheelhouse {house}"
+    for key, (what, ok) in _FIELDS.items():
+        if key not in manifest:
+            raise WheelhouseError(f"{where} has no {key!r} ({what}); {rebuild}")
+        if not ok(manifest[key]):
+            raise WheelhouseError(f"{where}: {key!r} is not {what}; {rebuild}")
+    optional = {"left_out": _is_text_map, "command": lambda v: isinstance(v, str)}
+    for key, ok in optional.items():
+        if manifest.get(key) is not None and not ok(manifest[key]):
+            raise WheelhouseError(f"{where}: {key!r} is not what a wheelhouse writes; {rebuild}")
+    entries = [(f"wheels/{n}", e) for n, e in manifest["wheels"].items()]
+    for folder, files in manifest["assets"].items():
+        entries += [(f"assets/{folder}/{n}", e) for n, e in files.items()]
+    for name, entry in entries:
+        if not _entry_ok(entry):
+            raise WheelhouseError(
+                f"{where}: the entry for {name} is not an object with its bytes and sha256; "
+                f"{rebuild}"
+            )
+
+
+def _plain_file(house: Path, sub: str, name: str, rebuild: str) -> Path:
+    """``house/sub/name``, refused unless it is a regular file reached through no link:
+    a link passes a checksum of whatever it points at, and a wheelhouse is someone
+    else's data (a link to any readable file had passed verify)."""
+    path = house / sub / name
+    for part in (house / sub.split("/")[0], house / sub, path):
+        if part.is_symlink():
+            raise WheelhouseError(
+                f"{part} is a symbolic link; a wheelhouse holds plain files and folders: "
+                f"copy it again without links, or rebuild it: {rebuild}"
+            )
+    if not path.is_file():
+        raise WheelhouseError(
+            f"the wheelhouse lacks {sub}/{name} (its manifest lists it): copy it again, "
+            f"or rebuild it: {rebuild}"
+        )
+    return path
 
 
 def _plain_name(name: object) -> bool:
@@ -496,12 +577,7 @@ def verify(house: Path) -> dict:
         for n, e in files.items()
     ]  # fmt: skip
     for sub, name, entry in entries:
-        path = house / sub / name
-        if not path.is_file():
-            raise WheelhouseError(
-                f"the wheelhouse lacks {sub}/{name} (its manifest lists it): copy it again, "
-                f"or rebuild it: {rebuild}"
-            )
+        path = _plain_file(house, sub, name, rebuild)
         if path.stat().st_size != entry["bytes"] or sha256_of(path) != entry["sha256"]:
             raise WheelhouseError(
                 f"{path} is not the file the wheelhouse was built with (sha256 differs): "
@@ -515,7 +591,7 @@ def _check_left_out(manifest: dict) -> None:
     """A wheelhouse built with --skip relies on this venv having those packages."""
     from importlib import metadata
 
-    for name, version in manifest.get("left_out", {}).items():
+    for name, version in (manifest.get("left_out") or {}).items():
         try:
             have = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -536,6 +612,7 @@ def install_assets(house: Path) -> list[Path]:
 
     house = house.expanduser().absolute()
     manifest = read_manifest(house)
+    rebuild = _rebuild_hint(manifest, house)
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     placed = []
@@ -546,7 +623,8 @@ def install_assets(house: Path) -> list[Path]:
             for name in files:
                 dest = _inside(cache, target / name)
                 if not dest.exists() and not dest.is_symlink():
-                    shutil.copy2(house / "assets" / folder / name, dest)
+                    source = _plain_file(house, f"assets/{folder}", name, rebuild)
+                    shutil.copy2(source, dest)
             continue
         if target.exists():
             print(f"assets: {target} is already there")
@@ -554,11 +632,11 @@ def install_assets(house: Path) -> list[Path]:
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder}-", dir=cache))
         try:
             for name, entry in files.items():
-                shutil.copy2(house / "assets" / folder / name, tmp / name)
+                shutil.copy2(_plain_file(house, f"assets/{folder}", name, rebuild), tmp / name)
                 if sha256_of(tmp / name) != entry["sha256"]:
                     raise WheelhouseError(
                         f"copying {folder}/{name} from the wheelhouse gave a different file "
-                        f"(sha256); check the disk, or rebuild: {_rebuild_hint(manifest, house)}"
+                        f"(sha256); check the disk, or rebuild: {rebuild}"
                     )
             tmp.rename(target)
         finally:
@@ -590,6 +668,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             install_assets(house)
     except WheelhouseError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # a stick pulled out, a file unreadable: named, not a traceback
+        print(f"error: reading the wheelhouse {house} failed ({e}); copy it again", file=sys.stderr)
         return 1
     return 0
 

@@ -25,7 +25,8 @@ def _plan(out: Path, **fields):
 def _earlier_run(out: Path, *, checkpoint_step: int | None = None) -> None:
     """What a run of ours leaves: run.json, metrics and (optionally) a checkpoint."""
     out.mkdir(parents=True)
-    (out / "run.json").write_text(json.dumps({"status": "completed"}))
+    # (the shape run.json has: the settings as given and as resolved)
+    (out / "run.json").write_text(json.dumps({"status": "completed", "spec": {}, "resolved": {}}))
     (out / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
     if checkpoint_step is not None:
         step_dir = out / "checkpoint" / f"step-{checkpoint_step}"

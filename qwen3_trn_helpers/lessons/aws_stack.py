@@ -209,7 +209,7 @@ def reproduce_on_fork(spec, *, python: str | None = None) -> dict:
     for init in INITS:
         plan = plan_run(specs[init].replace(out=None, overwrite=False))
         init_dir = init_folder(plan)
-        dataset, dataset_path = dataset_args(plan.corpus)
+        dataset, dataset_path = dataset_args(plan.corpus, streams=plan.corpus_streams)
         runs[init] = run_fork(
             python, config, init, out / STACK_DIR / init, env=env,
             nproc=plan.nproc, steps=plan.spec.steps, seq_len=plan.seq_len,

@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, RunFolderError
-from ..training.metrics_file import keep_steps_before, note_metrics_gap, read_metrics, strict_json
+from ..training.metrics_file import (
+    keep_steps_before,
+    note_metrics_gap,
+    read_metrics,
+    strict_json,
+    write_atomically,
+)
 from ..training.plan import Plan
 from ..training.spec import RESUME_AUTO, RunSpec
 
@@ -126,7 +132,7 @@ def settle_run_folder(
     spec = plan.spec
     step = latest_checkpoint_step(out)
     auto = spec.resume == RESUME_AUTO
-    if decides and auto and (out / "run.json").is_file() and step >= spec.steps:
+    if decides and auto and step >= spec.steps and read_run_record(out)[0] is not None:
         return Settled(step, finished=True)
     if not (step > 0 if auto else spec.resume):  # (auto without a checkpoint: fresh)
         if not decides:
@@ -214,7 +220,10 @@ def own_run_folder(out: Path) -> Iterator[None]:
         raise
     try:
         command = " ".join(sys.argv[:6]) or "python"
-        (out / OWNER_FILE).write_text(f"pid {os.getpid()} on {socket.gethostname()}: {command}")
+        try:
+            (out / OWNER_FILE).write_text(f"pid {os.getpid()} on {socket.gethostname()}: {command}")
+        except OSError:
+            pass  # only for another run's message (a full disk: run.json's write names it)
         yield
     finally:
         (out / OWNER_FILE).unlink(missing_ok=True)
@@ -277,10 +286,59 @@ RESUME_SPEC_MUST_MATCH = (
 )  # fmt: skip
 
 
+def read_run_record(out: Path) -> tuple[dict[str, Any] | None, str]:
+    """(run.json's content, "") when it records a run's settings, else (None, what is
+    wrong with it): missing, unreadable, not JSON, or JSON of another shape."""
+    path = out / "run.json"
+    try:
+        saved = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        return None, f"{path} is missing"
+    except OSError as e:
+        return None, f"{path} cannot be read ({e.strerror or e})"
+    except ValueError:  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
+        return None, f"{path} is not valid JSON (cut short or overwritten)"
+    if not (
+        isinstance(saved, dict)
+        and isinstance(saved.get("resolved"), dict)
+        and isinstance(saved.get("spec"), dict)
+    ):
+        return None, f"{path} records no run settings"
+    return saved, ""
+
+
+def saved_settings(out: Path, step: int) -> tuple[dict[str, Any], str]:
+    """(the settings to check a resume from ``step`` against, where they came from if not
+    from run.json): run.json's, else those the checkpoint recorded
+    (training/checkpoint.py); a folder with neither is refused, so an unreadable run.json
+    never turns the check off (a run trained at 256 tokens had resumed at 64 with
+    run.json removed, and run.json then claimed 64 for all of it)."""
+    from ..training.checkpoint import SETTINGS_FILE, read_run_settings
+
+    saved, problem = read_run_record(out)
+    if saved is not None:
+        return saved, ""
+    step_dir = out / "checkpoint" / f"step-{step}"
+    recorded = read_run_settings(step_dir)
+    if recorded is None:
+        fix = (
+            "--overwrite to start afresh there"
+            if (out / "run.json").is_file()
+            else "a new --out to start afresh"
+        )
+        raise RunFolderError(
+            f"{problem}, and the checkpoint {step_dir} records no settings "
+            f"({SETTINGS_FILE}): this resume cannot be checked against the run's settings. "
+            f"Put the run's run.json back, or start a new run ({fix})"
+        )
+    return recorded, f"{problem}; the settings saved with the checkpoint at step {step}"
+
+
 def check_resume(out: Path, step: int, plan: Plan, share: tuple[int, int] | None = (0, 1)) -> None:
     """Refuse a resume whose settings differ from the checkpointed run's (named), a
-    resume that would not train any further, and a damaged checkpoint (``share``: this
-    rank's part of the shard hashing, None for none)."""
+    resume that would not train any further, a damaged checkpoint (``share``: this
+    rank's part of the shard hashing, None for none), and a resume whose settings cannot
+    be read at all (:func:`saved_settings`)."""
     from ..training.checkpoint import check_checkpoint
 
     check_checkpoint(out / "checkpoint" / f"step-{step}", share)
@@ -289,13 +347,9 @@ def check_resume(out: Path, step: int, plan: Plan, share: tuple[int, int] | None
         raise ConfigError(
             f"the checkpoint in {out} is at step {step}; pass --steps above it to train on"
         )
-    if share is None or share[0] == 0:
-        note_metrics_gap(out / "metrics.jsonl", step)
-    try:
-        saved = json.loads((out / "run.json").read_text())
-        saved_resolved, saved_spec = saved["resolved"], saved["spec"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return  # a folder from torchtitan's own entry point: nothing recorded to compare
+    speaks = share is None or share[0] == 0
+    saved, source = saved_settings(out, step)
+    saved_resolved, saved_spec = saved["resolved"], saved["spec"]
     now, differences = plan.summary(), []
     for key in RESUME_MUST_MATCH:
         if key in saved_resolved and saved_resolved[key] != now[key]:
@@ -306,9 +360,18 @@ def check_resume(out: Path, step: int, plan: Plan, share: tuple[int, int] | None
     if differences:
         raise ConfigError(
             f"--resume would continue the run in {out} with other settings: "
-            f"{'; '.join(differences)}. Pass the run's own settings again (only --steps, "
-            "ranks, nodes and checkpointing may change), or start a new run elsewhere"
+            f"{'; '.join(differences)}{f' ({source})' if source else ''}. Pass the run's "
+            "own settings again (only --steps, ranks, nodes and checkpointing may change), "
+            "or start a new run elsewhere"
         )
+    if speaks and source:
+        print(
+            f"note: {source} match this resume's; run.json is written anew",
+            file=sys.stderr,
+            flush=True,
+        )
+    if speaks:
+        note_metrics_gap(out / "metrics.jsonl", step)
 
 
 def write_manifest(
@@ -334,4 +397,5 @@ def write_manifest(
         "agent": [socket.gethostname(), os.getppid()] if launched else None,
         **extra,
     }
-    (out / "run.json").write_text(strict_json(info, indent=2))
+    # beside it, then renamed: a full disk leaves the last run.json whole, never cut
+    write_atomically(out / "run.json", strict_json(info, indent=2))

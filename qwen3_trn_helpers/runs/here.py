@@ -15,7 +15,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from ..errors import Terminated, stop_signal
+from ..errors import RunFolderError, Terminated, stop_signal
 from ..training.metrics_file import read_metrics
 from ..training.plan import Plan
 from ..training.ranks import launched_by_torchrun, rank, world_size
@@ -111,11 +111,17 @@ def _train_in_folder(
         close_bar()
         if rank0 and (out / "metrics.jsonl").exists():
             result.metrics = read_metrics(out / "metrics.jsonl")
-        manifest(
-            result.status,
-            steps_completed=len(result.metrics),
-            resumed_from_step=resumed_from,
-            wall_s=round(result.wall_s, 3),
-            **({"error": error} if result.status == "failed" else {}),
-        )
+        try:
+            manifest(
+                result.status,
+                steps_completed=len(result.metrics),
+                resumed_from_step=resumed_from,
+                wall_s=round(result.wall_s, 3),
+                **({"error": error} if result.status == "failed" else {}),
+            )
+        except RunFolderError:
+            # a full disk that failed the run fails this write too: the run's own error
+            # (naming the file and the free space) is the one line to show
+            if result.status == "completed":
+                raise
     return result

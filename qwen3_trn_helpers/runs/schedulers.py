@@ -22,6 +22,7 @@ where they are set. Cheap to import: text only.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from dataclasses import asdict
@@ -286,6 +287,73 @@ def _k8s_out(spec: RunSpec) -> str:
     return out
 
 
+#: a Kubernetes name for the objects we write: an RFC 1035 label (lower-case letters,
+#: digits and '-', a letter first, no '-' last), the rule the training operator's
+#: PyTorchJob webhook applies (IsDNS1035Label; tests/pytorchjob_schema.py); every RFC
+#: 1035 label is an RFC 1123 label too. Namespaces are RFC 1123 labels (a digit first).
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+LABEL_MAX = 63
+#: a TrainJob's JobSet names its Job NAME-node-0 (replicated job "node", index 0), and
+#: that name is a label value too: at most 63 characters in all (JobSet's webhook)
+TRAINJOB_NAME_MAX = LABEL_MAX - len("-node-0")
+
+
+def check_k8s_name(value: str, flag: str, *, limit: int = LABEL_MAX) -> str:
+    """``value`` if Kubernetes accepts it as ``flag`` names it, else one line saying
+    why: a name with a newline, a quote, upper case or 80 characters had been written
+    into the manifest, for ``kubectl apply`` to refuse later."""
+    rule = _DNS1123_LABEL if flag == "--namespace" else _DNS1035_LABEL
+    first = "a letter or digit" if flag == "--namespace" else "a letter"
+    if len(value) > limit:
+        raise ConfigError(
+            f"{flag} {value!r} has {len(value)} characters; Kubernetes takes at most "
+            f"{limit} here: shorten it"
+        )
+    if not (value.isascii() and rule.fullmatch(value)):
+        raise ConfigError(
+            f"{flag} {value!r} is not a name Kubernetes accepts: lower-case letters, digits "
+            f"and '-' only, starting with {first} and not ending in '-' "
+            f"(for example {'qwen3-runs' if flag == '--namespace' else 'qwen3-4b-run1'})"
+        )
+    return value
+
+
+def pod_path_free(spec: RunSpec) -> RunSpec:
+    """``spec`` for the checks made on the machine that writes a Kubernetes manifest:
+    ``--init``, ``--corpus`` and ``--tokenizer`` name files in the pods (under /fsx),
+    which this machine need not have (they had to exist here). Each must be absolute,
+    as the pods see it; the checks here then plan with stand-ins (random weights of the
+    preset's shape, the embedded text, the offline tokenizer), and each pod checks the
+    real files when its ``qwen3-trn train`` starts."""
+    from ..corpus import EMBEDDED, EMBEDDED_PRETRAIN
+
+    paths = {
+        "init": spec.init not in ("random", "pretrained"),
+        "corpus": bool(spec.corpus)
+        and spec.corpus not in (EMBEDDED, EMBEDDED_PRETRAIN)
+        and ("/" in spec.corpus or bool(Path(spec.corpus).suffix)),
+        "tokenizer": spec.tokenizer is not None,
+    }
+    stand_ins = {"init": "random", "corpus": EMBEDDED, "tokenizer": None}
+    changes = {}
+    for name, is_path in paths.items():
+        value = getattr(spec, name)
+        if not is_path:
+            continue
+        if not os.path.isabs(value):
+            raise ConfigError(
+                f"--{name} {value!r} names a path in the job's pods, which start elsewhere: "
+                f"give it as the pods see it, absolute (for example {SHARED_DIR_K8S}/...)"
+            )
+        changes[name] = stand_ins[name]
+    return spec.replace(**changes)
+
+
+def _metadata(name: str, namespace: str | None) -> dict:
+    return {"name": name, **({"namespace": namespace} if namespace else {})}
+
+
 def _k8s_parts(spec: RunSpec, on_trn2: bool, image: str, efa: int | None):
     """What both Kubernetes APIs share: the checked spec, env, resources, volumes."""
     if not image or not image.strip():
@@ -334,6 +402,7 @@ def pytorchjob_manifest(
     image: str,
     name: str | None = None,
     efa: int | None = None,
+    namespace: str | None = None,
 ) -> dict:
     """A Kubeflow PyTorchJob (kubeflow.org/v1, HyperPod's) running ``spec`` on
     ``spec.nnodes`` pods.
@@ -348,8 +417,11 @@ def pytorchjob_manifest(
     resumes; gang scheduling through Volcano (the operator started with
     ``--gang-scheduler-name=volcano``), all pods or none.
     """
+    name = f"qwen3-trn-{spec.variant}".replace("_", "-") if name is None else name
+    check_k8s_name(name, "--name")
+    if namespace is not None:
+        check_k8s_name(namespace, "--namespace")
     spec, env, resources, volumes, mounts = _k8s_parts(spec, on_trn2, image, efa)
-    name = name or f"qwen3-trn-{spec.variant}".replace("_", "-")
     train = shlex.join(["python", "-m", "qwen3_trn_helpers", "train", *_train_args(spec)])
     container = {
         "name": "pytorch",  # the operator reads the port from the container of this name
@@ -370,7 +442,7 @@ def pytorchjob_manifest(
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": {"name": name},
+        "metadata": _metadata(name, namespace),
         "spec": {
             "elasticPolicy": {
                 "rdzvBackend": "c10d",
@@ -401,6 +473,7 @@ def trainjob_manifests(
     image: str,
     name: str | None = None,
     efa: int | None = None,
+    namespace: str | None = None,
 ) -> list[dict]:
     """A Kubeflow Trainer v2 TrainingRuntime and the TrainJob that uses it.
 
@@ -411,8 +484,11 @@ def trainjob_manifests(
     the environment and the resources per node. Trainer v2 sets ``PET_MASTER_ADDR`` /
     ``PET_MASTER_PORT`` (node 0 of the JobSet): the rendezvous endpoint.
     """
+    name = f"qwen3-trn-{spec.variant}".replace("_", "-") if name is None else name
+    check_k8s_name(name, "--name", limit=TRAINJOB_NAME_MAX)
+    if namespace is not None:
+        check_k8s_name(namespace, "--namespace")
     spec, env, resources, volumes, mounts = _k8s_parts(spec, on_trn2, image, efa)
-    name = name or f"qwen3-trn-{spec.variant}".replace("_", "-")
     runtime = f"{name}-runtime"
     train = shlex.join(["python", "-m", "qwen3_trn_helpers", "train", *_train_args(spec)])
     endpoint = '--rdzv-endpoint "$PET_MASTER_ADDR:$PET_MASTER_PORT"'
@@ -431,7 +507,7 @@ def trainjob_manifests(
     training_runtime = {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainingRuntime",
-        "metadata": {"name": runtime},
+        "metadata": _metadata(runtime, namespace),
         "spec": {
             "mlPolicy": {"numNodes": spec.nnodes, "torch": {}},
             "podGroupPolicy": {"volcano": {}},  # gang scheduling: all pods or none
@@ -459,7 +535,7 @@ def trainjob_manifests(
     train_job = {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
-        "metadata": {"name": name},
+        "metadata": _metadata(name, namespace),
         "spec": {
             "runtimeRef": {
                 "apiGroup": "trainer.kubeflow.org",

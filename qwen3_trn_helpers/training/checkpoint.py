@@ -59,6 +59,9 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
     #: save at the next ``save()`` whatever the interval (a stop was requested:
     #: training/stopping.py); torchtitan's own rule otherwise
     save_now: bool = False
+    #: the run's settings (trainer.same_on_every_node), saved with each checkpoint so a
+    #: resume can be checked even when run.json is lost (set by the trainer; {}: none)
+    run_settings: dict = {}  # noqa: RUF012 (replaced, never mutated)
 
     def _should_save(self, curr_step: int, last_step: bool = False) -> bool:
         if self.save_now and self.enable and not self.load_only:
@@ -71,7 +74,9 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
         try:
             saved = super()._save(curr_step, last_step)
             if saved:
-                record_shard_checksums(Path(self.folder) / f"step-{curr_step}")
+                step_dir = Path(self.folder) / f"step-{curr_step}"
+                record_shard_checksums(step_dir)
+                record_run_settings(step_dir, self.run_settings)
             return saved
         except (KeyboardInterrupt, SystemExit):
             raise
@@ -123,6 +128,42 @@ def record_shard_checksums(step_dir: Path) -> None:
     rank, _ = _rank_and_world()
     for shard in step_dir.glob(f"__{rank}_*.distcp"):
         (step_dir / (shard.name + SHA_SUFFIX)).write_text(sha256_of(shard))
+
+
+#: beside each checkpoint's shards: the settings of the run that saved it
+SETTINGS_FILE = "qwen3-trn-settings.json"
+
+
+def record_run_settings(step_dir: Path, settings: dict) -> None:
+    """Rank 0 writes the run's settings into a checkpoint it saved: what a resume is
+    checked against when run.json is missing or damaged (it had silently resumed a
+    256-token run at 64 tokens). Split as run.json splits them: the resolved plan, and
+    each flag as given (``same_on_every_node`` names them ``--seq-len``, ...)."""
+    from .metrics_file import strict_json, write_atomically
+
+    rank, _ = _rank_and_world()
+    if rank != 0 or not settings or not (step_dir / ".metadata").is_file():
+        return
+    record = {
+        "resolved": {k: v for k, v in settings.items() if not k.startswith("--")},
+        "spec": {k[2:].replace("-", "_"): v for k, v in settings.items() if k.startswith("--")},
+    }
+    write_atomically(step_dir / SETTINGS_FILE, strict_json(record, indent=2))
+
+
+def read_run_settings(step_dir: Path) -> dict | None:
+    """The settings a checkpoint recorded (:func:`record_run_settings`), or None: a
+    checkpoint from an older qwen3-trn or torchtitan's own entry point records none."""
+    import json
+
+    try:
+        record = json.loads((step_dir / SETTINGS_FILE).read_bytes().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(record, dict) and all(
+        isinstance(record.get(k), dict) for k in ("resolved", "spec")
+    )
+    return record if ok else None
 
 
 def check_checkpoint(step_dir: Path, share: tuple[int, int] | None = (0, 1)) -> None:

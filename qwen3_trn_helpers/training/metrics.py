@@ -34,7 +34,8 @@ from torchtitan.components.metrics import (
     MetricsProcessor,
 )
 
-from .metrics_file import keep_steps_before, strict_json, to_record
+from ..errors import TrainingError
+from .metrics_file import keep_steps_before, strict_json, to_record, write_all, write_failed
 
 
 class JsonlMetricsLogger(BaseLogger):
@@ -49,27 +50,42 @@ class JsonlMetricsLogger(BaseLogger):
         self.path = Path(path)
         self.with_mfu = with_mfu
         self.on_step: Callable[[dict[str, Any]], None] | None = None
-        self._file = None
+        self._fd: int | None = None
 
     def _open(self, first_step: int) -> None:
         keep_steps_before(self.path, first_step)
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         if "loss_metrics/global_avg_loss" not in metrics:
             return  # validation metrics have their own keys; not a training step
-        if self._file is None:
+        if self._fd is None:
             self._open(step)
         record = to_record(step, metrics, self.with_mfu)
-        self._file.write(strict_json(record) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        self._append((strict_json(record) + "\n").encode("utf-8"), step)
         if self.on_step is not None:
             self.on_step(record)
 
+    def _append(self, line: bytes, step: int) -> None:
+        """One line, whole and synced, or none: a write that fails part-way (a full
+        disk) is cut back off, so the file keeps every step before ``step`` intact."""
+        assert self._fd is not None
+        size = os.fstat(self._fd).st_size
+        try:
+            write_all(self._fd, line)
+            os.fsync(self._fd)
+        except OSError as e:
+            try:
+                os.ftruncate(self._fd, size)  # (frees space: works on a full disk)
+            except OSError:
+                pass  # a torn last line is passed over by every reader
+            kept = f"it holds every step before step {step}" if step > 1 else "no step done"
+            raise TrainingError(write_failed(self.path, e, kept), step=step) from None
+
     def close(self) -> None:
-        if self._file is not None and not self._file.closed:
-            self._file.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def neuron_memory_peaks(stats: dict[str, Any]) -> tuple[int, int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -62,52 +63,158 @@ def strict_json(value: Any, **options: Any) -> str:
     return json.dumps(finite(value), allow_nan=False, **options)
 
 
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Every complete line of a metrics file (a torn last line is ignored)."""
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
+def scan_metrics(path: str | Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """(every valid record, the numbers of the lines that are not one) of a metrics file.
+
+    A valid record is a line of JSON holding an object with an integer ``step``. Every
+    other line (a torn last line, garbage, bytes that are not UTF-8) is passed over, not
+    taken as the end of the file: a bad line between steps 3 and 4 had hidden steps 4 and
+    on, which the next resume then deleted.
+    """
+    records, unreadable = [], []
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
             try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-    return records
+                record = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                record = None
+            step = record.get("step") if isinstance(record, dict) else None
+            if isinstance(step, int) and not isinstance(step, bool) and step >= 1:
+                records.append(record)
+            else:
+                unreadable.append(lineno)
+    return records, unreadable
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Every valid line of a metrics file (a torn or damaged line is passed over)."""
+    return scan_metrics(path)[0]
 
 
 def keep_steps_before(path: str | Path, first_step: int) -> None:
-    """Drop the lines for ``first_step`` and later, atomically.
+    """Drop the lines for ``first_step`` and later, and any unreadable line, atomically.
 
     A fresh run (first step 1) starts an empty file; a run resumed from the checkpoint
-    at step N keeps steps 1..N and does not repeat the ones it trains again.
+    at step N keeps steps 1..N and does not repeat the ones it trains again. On a full
+    disk the file keeps what it had (:func:`write_atomically`).
     """
     path = Path(path)
     kept = read_metrics(path) if path.exists() else []
-    kept = [r for r in kept if r.get("step", 0) < first_step]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(strict_json(r) + "\n" for r in kept))
-    tmp.replace(path)
+    kept = [r for r in kept if r["step"] < first_step]
+    write_atomically(path, "".join(strict_json(r) + "\n" for r in kept))
+
+
+def free_space(folder: str | Path) -> str:
+    """The free space where ``folder`` lies, for a message ("0 B", "1.5 MiB")."""
+    import shutil
+
+    try:
+        free = float(shutil.disk_usage(folder).free)
+    except OSError:
+        return "unknown"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if free < 1024 or unit == "GiB":
+            return f"{free:.0f} {unit}" if unit == "B" else f"{free:.1f} {unit}"
+        free /= 1024
+    return "unknown"  # (not reached)
+
+
+def write_failed(path: Path, error: OSError, kept: str) -> str:
+    """The one line for a file that could not be written: which file, why, the free
+    space there and what was kept (a full disk was ``unexpected OSError: [Errno 28]``)."""
+    import errno
+
+    why = error.strerror or str(error)
+    fix = (
+        "free some space"
+        if error.errno in (errno.ENOSPC, errno.EDQUOT)
+        else "make the folder writable"
+    )
+    return (
+        f"writing {path} failed ({why}; {free_space(path.parent)} free there): {kept}; "
+        f"{fix}, then --resume from the last checkpoint (or run again)"
+    )
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """``data`` written to ``fd`` whole (os.write may write part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """``path`` holds ``text``, or (a full disk, a read-only folder) what it held before:
+    written beside it, synced, then renamed over it. Raises :class:`RunFolderError`."""
+    from ..errors import RunFolderError
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(fd, text.encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise RunFolderError(write_failed(path, e, f"{path.name} keeps what it held")) from None
 
 
 def metrics_gap(path: Path, step: int) -> list[int]:
     """Steps 1..``step`` (those a checkpoint holds) that the file has no line for."""
-    recorded = {r.get("step") for r in read_metrics(path)} if path.exists() else set()
+    recorded = {r["step"] for r in read_metrics(path)} if path.exists() else set()
     return [s for s in range(1, step + 1) if s not in recorded]
 
 
+def _spans(numbers: list[int]) -> str:
+    """``[1, 2, 3, 5]`` -> ``"1-3, 5"`` (at most a few spans, then how many more)."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    text = [f"{a}-{b}" if b > a else str(a) for a, b in spans[:4]]
+    if len(spans) > 4:
+        text.append(f"... ({len(numbers)} in all)")
+    return ", ".join(text)
+
+
 def note_metrics_gap(path: Path, step: int) -> None:
-    """Say, before training, that a resumed run's metrics will have a hole: a
-    metrics.jsonl cut to steps 1-2 and resumed at step 20 went on 1, 2, 21, 22 silently."""
-    missing = metrics_gap(path, step)
-    if not missing:
+    """Say, in one line before training, that a resumed run's metrics will have a hole
+    (steps the checkpoint trained that the file has no line for) or held lines it cannot
+    read (dropped now): a metrics.jsonl cut to steps 1-2 and resumed at step 20 went on
+    1, 2, 21, 22 silently."""
+    if path.exists():
+        records, unreadable = scan_metrics(path)
+    else:
+        records, unreadable = [], []
+    recorded = {r["step"] for r in records}
+    missing = [s for s in range(1, step + 1) if s not in recorded]
+    if not missing and not unreadable:
         return
-    span = f"{missing[0]}-{missing[-1]}" if len(missing) > 1 else str(missing[0])
-    whole = len(missing) == missing[-1] - missing[0] + 1
+    parts = []
+    if missing:
+        many = len(missing) > 1
+        parts.append(
+            f"has no line for step{'s' if many else ''} {_spans(missing)}, though the "
+            f"checkpoint at step {step} trained {'them' if many else 'it'} (the file was "
+            "cut or edited)"
+        )
+    if unreadable:
+        many = len(unreadable) > 1
+        parts.append(
+            f"{'and ' if missing else ''}holds {len(unreadable)} unreadable line"
+            f"{'s' if many else ''} (line{'s' if many else ''} {_spans(unreadable)}: not a "
+            "JSON step record), dropped now; every valid line is kept"
+        )
     print(
-        f"note: {path} has no line for step{'s' if len(missing) > 1 else ''} "
-        f"{span if whole else f'{span} ({len(missing)} of them)'}, though the checkpoint "
-        f"at step {step} trained {'them' if len(missing) > 1 else 'it'} (the file was cut or "
-        "edited): the resumed run's "
-        "metrics go on from there, and loss curves will show the gap",
+        f"note: {path} {'; '.join(parts)}: the resumed run's metrics go on from step "
+        f"{step + 1}{', and loss curves will show the gap' if missing else ''}",
         file=sys.stderr,
         flush=True,
     )

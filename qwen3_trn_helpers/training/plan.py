@@ -408,10 +408,14 @@ def plan_run(
 
     corpus = spec.corpus or preset.corpus
     embedded = corpus in (EMBEDDED, EMBEDDED_PRETRAIN)
-    prepared = is_prepared(corpus)
+    # the preset's default names a dataset (c4), never a file or folder where the user
+    # stands: a folder named c4 there had broken plan, dry-run and the job files
+    explicit = spec.corpus is not None
+    local = not embedded and explicit and is_local(corpus)
+    prepared = explicit and is_prepared(corpus)
     if prepared:  # a damaged copy: one line now (each shard's sha256 below, once a node)
         check_prepared(corpus)
-    elif not embedded and (is_local(corpus) or "/" in corpus or Path(corpus).suffix):
+    elif local or (not embedded and explicit and ("/" in corpus or Path(corpus).suffix)):
         refuse_incomplete(corpus)
         read_documents(corpus)  # a clear error now (missing, empty), not in the dataloader
 
@@ -478,7 +482,7 @@ def plan_run(
         seq_len=seq_len,
         attention=attention,
         corpus=corpus,
-        corpus_streams=not (embedded or is_local(corpus)),
+        corpus_streams=not (embedded or local),
         lr=spec.lr or preset.lr,
         moe_block_size=moe_block,
         tokenizer_dir=tokenizer_dir,

@@ -128,6 +128,9 @@ class _RunScope:
                 self._scope.enter_context(keep_dynamo_settings())
                 self._scope.enter_context(static_shapes(options.device))
             super().__init__(config)  # type: ignore[call-arg]
+            # each checkpoint records the settings: a resume is checked against them
+            # even when run.json is lost (runs/folder.py: check_resume)
+            self.checkpointer.run_settings = options.settings  # type: ignore[attr-defined]
             if options.device == "cpu" and world > 1:
                 force_sum_reduction_for_gloo(self.model_parts)
         except BaseException:
@@ -367,7 +370,7 @@ def trainer_config(
     activation_checkpoint = activation_checkpoint_config(plan.activation_checkpoint)
     compile_ = compile_config(spec.compile, plan.device_type)
     backend = trainer.backend_fields(plan, init_dir)
-    dataset, dataset_path = dataset_args(plan.corpus)
+    dataset, dataset_path = dataset_args(plan.corpus, streams=plan.corpus_streams)
     loader = HuggingFaceTextDataLoader
     if dataset == PREPARED_DATASET:  # token ids, not text
         from .prepared_loader import PreparedTextDataLoader as loader
@@ -502,6 +505,8 @@ def quiet_torchtitan(verbose: bool) -> Iterator[None]:
                 r"DTensor manual_seed\(\) may not have complete support on cpu",
                 "'set_vital' is deprecated",
                 "In CPU autocast, but the target dtype is not supported",
+                # torch's LR scheduler, as a resume loads its state (torchtitan's call)
+                "To get the last learning rate computed by the scheduler",
                 # torch's own FSDP2 still calls these; nothing for a user to change
                 r"`torch.distributed.(reduce_scatter_tensor|all_gather_into_tensor)` is "
                 "deprecated",
