@@ -325,7 +325,8 @@ def test_a_c4_in_the_working_folder_leaves_trn2_presets_alone(what, tmp_path, mo
     else:
         (tmp_path / "c4").mkdir()
         (tmp_path / "c4" / "run.json").write_text("{}")
-    job = ["--nnodes", "2", "--device", "neuron", "--preset", "4b"]
+    job = ["--nnodes", "2", "--device", "neuron", "--preset", "4b", "--steps", "2",
+           "--allow-hub-corpus"]  # fmt: skip
     assert main(["slurm", *job, "--out", str(tmp_path / "r")]) == 0, capsys.readouterr().err
     assert "--corpus" not in capsys.readouterr().out  # the preset's, decided on the nodes
     argv = ["k8s", *job, "--out", "/fsx/r", "--image", "img"]
@@ -359,7 +360,8 @@ def test_a_preset_default_is_the_dataset_even_where_a_c4_folder_lies(tmp_path, m
 
 # --- 8. Kubernetes names and pod paths --------------------------------------------------------
 
-K8S = ["k8s", "--nnodes", "2", "--device", "cpu", "--out", "/fsx/runs/x", "--image", "img"]
+K8S = ["k8s", "--nnodes", "2", "--device", "cpu", "--steps", "2", "--out", "/fsx/runs/x",
+       "--image", "img"]  # fmt: skip
 
 
 @pytest.mark.parametrize(
