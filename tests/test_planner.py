@@ -216,12 +216,14 @@ def test_the_planner_beside_awss_recipes():
     assert [(r["model"], r["nodes"]) for r in rows] == [
         ("Qwen3-4B", 1), ("Qwen3-30B-A3B", 1), ("Qwen3-30B-A3B", 2)
     ]  # fmt: skip
-    assert rows[0]["AWS's layout"].startswith("TP 4 x FSDP 16, AC selective")
-    assert rows[1]["AWS's layout"].startswith("FSDP 64, AC full")
-    assert rows[2]["AWS's layout"].startswith("HSDP 2 x (FSDP 64), AC full")
+    assert rows[0]["recipe's layout"].startswith("TP 4 x FSDP 16, AC selective")
+    assert rows[1]["recipe's layout"].startswith("FSDP 64, AC full")
+    assert rows[2]["recipe's layout"].startswith("HSDP 2 x (FSDP 64), AC full")
+    # AWS published one-node layouts only: the 2-node row is the presets' HSDP rule
+    assert [r["recipe"] for r in rows] == ["AWS's", "AWS's", "preset rule: AWS's 1-node layout, HSDP"]
     for row in rows:
-        assert row["planner tokens/s (est.)"] >= row["AWS tokens/s (est.)"]
-        same = row["planner's layout"] == row["AWS's layout"]
+        assert row["planner tokens/s (est.)"] >= row["recipe tokens/s (est.)"]
+        same = row["planner's layout"] == row["recipe's layout"]
         assert (
             row["why they differ"] == "the same layout"
             if same
