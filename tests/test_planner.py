@@ -220,7 +220,11 @@ def test_the_planner_beside_awss_recipes():
     assert rows[1]["recipe's layout"].startswith("FSDP 64, AC full")
     assert rows[2]["recipe's layout"].startswith("HSDP 2 x (FSDP 64), AC full")
     # AWS published one-node layouts only: the 2-node row is the presets' HSDP rule
-    assert [r["recipe"] for r in rows] == ["AWS's", "AWS's", "preset rule: AWS's 1-node layout, HSDP"]
+    assert [r["recipe"] for r in rows] == [
+        "AWS's",
+        "AWS's",
+        "preset rule: AWS's 1-node layout, HSDP",
+    ]
     for row in rows:
         assert row["planner tokens/s (est.)"] >= row["recipe tokens/s (est.)"]
         same = row["planner's layout"] == row["recipe's layout"]

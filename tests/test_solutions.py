@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ LN_VOCAB = math.log(151936)
 def load(name: str):
     spec = importlib.util.spec_from_file_location(name, SOLUTIONS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -112,7 +114,9 @@ def test_answer_key_is_what_the_solutions_compute(tmp_path, ten_step_random):
 
 
 def _metrics(path: Path, losses: list[float]) -> Path:
-    path.write_text("".join(json.dumps({"step": i + 1, "loss": x}) + "\n" for i, x in enumerate(losses)))
+    path.write_text(
+        "".join(json.dumps({"step": i + 1, "loss": x}) + "\n" for i, x in enumerate(losses))
+    )
     return path
 
 

@@ -106,7 +106,10 @@ class StepTimes:
 
     @property
     def minimum(self) -> dict[str, list[float]]:
-        return {label: [min(step) for step in zip(*runs)] for label, runs in self.runs.items()}
+        return {
+            label: [min(step) for step in zip(*runs, strict=True)]
+            for label, runs in self.runs.items()
+        }
 
     def first_steps(self, label: str) -> list[float]:
         return [run[0] for run in self.runs[label]]

@@ -73,8 +73,7 @@ QUESTIONS: dict[str, tuple[Question, ...]] = {
             "the toy device's fallback caught GELU and the loss.",
         ),
         Q(
-            "bf16 keeps 8 significant bits. About how far off is a bf16 product entry "
-            "of size ~8?",
+            "bf16 keeps 8 significant bits. About how far off is a bf16 product entry of size ~8?",
             ("~0.0001", "~0.03", "~1"),
             1,
             "Relative rounding of about 2^-8 on a value of ~8 is ~0.03; the largest of "
@@ -186,8 +185,7 @@ QUESTIONS: dict[str, tuple[Question, ...]] = {
             "`--resume auto`. How many steps are computed twice?",
             ("0", "150", "900"),
             1,
-            "It continues after its newest complete checkpoint, step 750: steps 751-900 "
-            "run again.",
+            "It continues after its newest complete checkpoint, step 750: steps 751-900 run again.",
         ),
         Q(
             "What numbers the nodes of a several-node run?",
