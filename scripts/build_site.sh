@@ -32,7 +32,7 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 MPLBACKEND=Agg \
   PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 # notebooks start from their own folder, as in JupyterLab and nbval
 for kind in student instructor; do
-  QWEN3_TRN_SITE_KIND=$kind "$py" -m sphinx -b html -W --keep-going -q -j 1 \
+  QWEN3_TRN_SITE_KIND=$kind "$py" -m sphinx -b html -W --keep-going -q -j 1 -d "$src/$kind.doctrees" \
     "$src/$kind" "$out/$kind"
 done
 echo "student site: $out/student/index.html ($(du -sh "$out/student" | cut -f1))"

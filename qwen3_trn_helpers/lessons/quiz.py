@@ -5,7 +5,7 @@ at once whether it is right and the reasoning behind the answer. The same object
 carries a static form (HTML with each answer folded in a ``<details>``, and plain text),
 so a page built without a kernel (the student site, GitHub) still reads as questions
 whose answers a reader unfolds, and a headless run (nbval) executes the cell without
-anyone clicking. The questions live in ``self_checks.py``, one list per notebook.
+anyone clicking. The questions live in ``quiz_questions.py``, one list per notebook.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ class SelfCheck:
 
 def self_check(notebook: str) -> SelfCheck:
     """The self-check of notebook ``notebook`` ("00" to "06")."""
-    from .self_checks import QUESTIONS
+    from .quiz_questions import QUESTIONS
 
     if notebook not in QUESTIONS:
         raise ValueError(f"no self-check for notebook {notebook!r}: one of {sorted(QUESTIONS)}")

@@ -1,4 +1,4 @@
-"""The questions of each notebook's self-check (shown by ``self_check.self_check``).
+"""The questions of each notebook's self-check (shown by ``quiz.self_check``).
 
 Each checks one idea its notebook teaches; the reason given is the notebook's own
 (tests/test_self_check.py keeps every notebook at 3 to 5 questions).
@@ -6,7 +6,7 @@ Each checks one idea its notebook teaches; the reason given is the notebook's ow
 
 from __future__ import annotations
 
-from .self_check import Question
+from .quiz import Question
 
 Q = Question
 
