@@ -53,7 +53,7 @@ def test_the_static_form_folds_each_answer():
     check = self_check("03")
     page = check._repr_html_()
     assert page.count("<details><summary>Answer</summary>") == len(check.questions)
-    assert "Right. Perplexity is e^loss" in page
+    assert "b) 690. Perplexity is e^loss" in page
     text = check.text()
     assert "Answer: b) 690." in text
     bundle = check._repr_mimebundle_()

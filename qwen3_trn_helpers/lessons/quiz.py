@@ -30,6 +30,10 @@ class Question:
         if len(self.options) < 2 or not 0 <= self.answer < len(self.options):
             raise ValueError(f"question {self.prompt[:40]!r}: answer {self.answer} is no option")
 
+    def solution(self) -> str:
+        """The answer as a page without a kernel shows it: the letter, the option, why."""
+        return f"{chr(97 + self.answer)}) {self.options[self.answer]}. {self.why}"
+
     def verdict(self, choice: str | None) -> str:
         """What a student reads after choosing ``choice``: right or not, then why."""
         if choice is None:
@@ -52,7 +56,7 @@ class SelfCheck:
         for i, q in enumerate(self.questions, 1):
             out.append(f"{i}. {q.prompt}")
             out += [f"   {chr(97 + j)}) {o}" for j, o in enumerate(q.options)]
-            out.append(f"   Answer: {chr(97 + q.answer)}) {q.options[q.answer]}. {q.why}")
+            out.append(f"   Answer: {q.solution()}")
         return "\n".join(out)
 
     def _repr_html_(self) -> str:
@@ -62,7 +66,7 @@ class SelfCheck:
             options = "".join(f"<li>{html.escape(o)}</li>" for o in q.options)
             parts.append(
                 f"<li><p>{html.escape(q.prompt)}</p><ol type='a'>{options}</ol>"
-                f"<details><summary>Answer</summary><p>{html.escape(q.verdict(q.options[q.answer]))}"
+                f"<details><summary>Answer</summary><p>{html.escape(q.solution())}"
                 "</p></details></li>"
             )
         parts.append("</ol></div>")
