@@ -11,10 +11,16 @@ anyone clicking. The questions live in ``quiz_questions.py``, one list per noteb
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass
 from typing import Any
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def _html(text: str) -> str:
+    """Escaped text with Markdown's `code` spans as <code>, as the notebook's prose."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
 @dataclass(frozen=True)
@@ -63,10 +69,10 @@ class SelfCheck:
         """Static HTML: each question with its options, the answer folded (``<details>``)."""
         parts = [f'<div class="self-check"><p><strong>{html.escape(self.title)}</strong></p><ol>']
         for q in self.questions:
-            options = "".join(f"<li>{html.escape(o)}</li>" for o in q.options)
+            options = "".join(f"<li>{_html(o)}</li>" for o in q.options)
             parts.append(
-                f"<li><p>{html.escape(q.prompt)}</p><ol type='a'>{options}</ol>"
-                f"<details><summary>Answer</summary><p>{html.escape(q.solution())}"
+                f"<li><p>{_html(q.prompt)}</p><ol type='a'>{options}</ol>"
+                f"<details><summary>Answer</summary><p>{_html(q.solution())}"
                 "</p></details></li>"
             )
         parts.append("</ol></div>")
@@ -84,10 +90,10 @@ class SelfCheck:
             feedback = w.HTML("")
 
             def show(change: dict, q: Question = q, feedback: w.HTML = feedback) -> None:
-                feedback.value = f"<p>{html.escape(q.verdict(change['new']))}</p>"
+                feedback.value = f"<p>{_html(q.verdict(change['new']))}</p>"
 
             choice.observe(show, names="value")
-            rows += [w.HTML(f"<p>{i}. {html.escape(q.prompt)}</p>"), choice, feedback]
+            rows += [w.HTML(f"<p>{i}. {_html(q.prompt)}</p>"), choice, feedback]
         return w.VBox(rows)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
