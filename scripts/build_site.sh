@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# The course as a static HTML site: every notebook executed (myst-nb) with its outputs,
-# and the instructor's kit, in one folder that opens from disk, offline.
+# The course as two static HTML sites from one build, each a folder that opens from
+# disk, offline:
 #
-#   scripts/build_site.sh            # -> build/site/index.html
-#   scripts/build_site.sh OUT_DIR    # -> OUT_DIR/index.html
+#   OUT/student/index.html      the notebooks, executed (myst-nb), with their figures and
+#                               self-checks; no answer key, no instructor's kit
+#   OUT/instructor/index.html   the instructor's kit (notebooks/README.md): plans,
+#                               answers, the trn2 day; hand it to instructors only
 #
-# Needs the `site` extra (scripts/setup.sh --site installs it); executes the notebooks,
-# so it takes about as long as their nbval run.
+#   scripts/build_site.sh            # OUT = build/site
+#   scripts/build_site.sh OUT_DIR
+#
+# Needs the `site` extra (scripts/setup.sh --site installs it); executes the notebooks
+# once (the student site), so it takes about as long as their nbval run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -14,11 +19,21 @@ py="${QWEN3_TRN_VENV:-.venv}/bin/python"
 out="${1:-build/site}"
 src=$(mktemp -d "${TMPDIR:-/tmp}/qwen3-trn-site-src.XXXXXX")
 trap 'rm -rf "$src"' EXIT
-cp site/conf.py site/index.md "$src/"
-cp notebooks/0*.ipynb "$src/"
-cp -r notebooks/figures "$src/figures"
-cp notebooks/README.md "$src/kit.md"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 MPLBACKEND=Agg PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+for kind in student instructor; do
+  mkdir -p "$src/$kind"
+  cp site/conf.py site/mathml.py "$src/$kind/"
+  cp -r notebooks/figures "$src/$kind/figures"
+done
+cp site/index.md notebooks/0*.ipynb "$src/student/"
+cp notebooks/README.md "$src/instructor/index.md"
+# progress bars render as a frozen first frame ("0/46") on a static page: none at all
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 MPLBACKEND=Agg \
+  HF_HUB_DISABLE_PROGRESS_BARS=1 TQDM_DISABLE=1 \
+  PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 # notebooks start from their own folder, as in JupyterLab and nbval
-"$py" -m sphinx -b html -W --keep-going -q -j 1 "$src" "$out"
-echo "site: $out/index.html ($(du -sh "$out" | cut -f1))"
+for kind in student instructor; do
+  QWEN3_TRN_SITE_KIND=$kind "$py" -m sphinx -b html -W --keep-going -q -j 1 -d "$src/$kind.doctrees" \
+    "$src/$kind" "$out/$kind"
+done
+echo "student site: $out/student/index.html ($(du -sh "$out/student" | cut -f1))"
+echo "instructor's kit: $out/instructor/index.html ($(du -sh "$out/instructor" | cut -f1))"

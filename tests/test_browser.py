@@ -253,3 +253,32 @@ def test_training_panel_in_jupyterlab(jupyterlab, browser):
         assert after["imageLoaded"] and "loss" in after["status"]
     finally:
         page.close()
+
+
+def test_a_self_check_answers_on_the_spot_in_jupyterlab(jupyterlab, browser):
+    """Notebook 06's self-check as a student uses it: choose an option in the widget, and
+    the verdict with its reasoning appears under the question at once."""
+    base, token = jupyterlab
+    path = "notebooks/06_graph_capture.ipynb"
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    try:
+        page.goto(f"{base}/lab/workspaces/check/tree/{path}?reset&token={token}", timeout=120_000)
+        page.wait_for_function(
+            "(p) => { const s = (" + NOTEBOOK_STATE + ")(p); return s && s.kernel === 'idle'; }",
+            arg=path,
+            timeout=120_000,
+        )
+        assert page.evaluate(RUN_TAGGED, [path, "self-check"]) >= 0, "no cell tagged self-check"
+        form = page.locator(".jupyter-widgets.widget-vbox", has_text="Self-check, notebook 06")
+        form.last.wait_for(timeout=120_000)
+        first = form.last.locator(".widget-radio-box").first
+        first.locator("label", has_text="5").first.click()  # dynamo's count, not eager's
+        verdict = form.last.locator(".widget-html", has_text="Not quite")
+        verdict.first.wait_for(timeout=30_000)
+        assert "method calls" in verdict.first.inner_text()
+        form.last.scroll_into_view_if_needed()
+        form.last.screenshot(path=str(ARTIFACTS / "self-check-06.png"))
+        assert page.evaluate(NOTEBOOK_STATE, path)["errors"] == []
+    finally:
+        page.close()

@@ -236,15 +236,21 @@ def test_the_planner_beside_awss_recipes():
     assert [(r["model"], r["nodes"]) for r in rows] == [
         ("Qwen3-4B", 1), ("Qwen3-30B-A3B", 1), ("Qwen3-30B-A3B", 2)
     ]  # fmt: skip
-    assert rows[0]["AWS's layout"].startswith("TP 4 x FSDP 16, AC selective")
-    assert rows[1]["AWS's layout"].startswith("FSDP 64, AC full")
-    assert rows[2]["AWS's layout"].startswith("HSDP 2 x (FSDP 64), AC full")
+    assert rows[0]["recipe's layout"].startswith("TP 4 x FSDP 16, AC selective")
+    assert rows[1]["recipe's layout"].startswith("FSDP 64, AC full")
+    assert rows[2]["recipe's layout"].startswith("HSDP 2 x (FSDP 64), AC full")
+    # AWS published one-node layouts only: the 2-node row is the presets' HSDP rule
+    assert [r["recipe"] for r in rows] == [
+        "AWS's",
+        "AWS's",
+        "preset rule: AWS's 1-node layout, HSDP",
+    ]
     # 30B-A3B's recipe needs 20.9 GiB of a core's 21.6 usable: train accepts it, the
     # planner's 10% headroom does not (on one node nothing fits it)
     assert rows[1]["planner's layout"] == "-" and "headroom" in rows[1]["why they differ"]
     assert "over the planner's limit" in rows[2]["why they differ"]
     row = rows[0]
-    assert row["planner tokens/s (est.)"] >= row["AWS tokens/s (est.)"]
+    assert row["planner tokens/s (est.)"] >= row["recipe tokens/s (est.)"]
     assert "slower" in row["why they differ"] or "ties" in row["why they differ"]
 
 

@@ -13,6 +13,7 @@ from ..faces import lazy_face
 EXPORTS = {
     "AWS_STEP1": "reproduction",
     "capture_report": "graph_capture",
+    "eager_ops": "graph_capture",
     "eager_vs_compiled": "graph_capture",
     "inductor_code": "graph_capture",
     "steady_state": "graph_capture",
@@ -43,6 +44,7 @@ EXPORTS = {
     "reproduction_specs": "reproduction",
     "scratch_folder": "scratch",
     "section_rows": "torchtitan_view",
+    "self_check": "quiz",
     "stack_figure": "stack",
     "Table": "tables",
     "tokens_per_s_for_mfu": "scaling",

@@ -8,8 +8,10 @@ ours: ``torch._dynamo.explain`` (graphs and graph breaks), inductor's generated 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,12 @@ from .plots import NotebookFigure
 
 def capture_report(fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
     """What dynamo captures of ``fn(*args)``: graphs, operators, and why it broke.
+
+    ``operators`` is dynamo's own ``op_count``, which counts only the graph's
+    ``call_function`` nodes (torch 2.14, ``torch/_dynamo/backends/debugging.py``,
+    ``_explain_graph_detail``): a method call such as ``x.pow(2)`` or ``.mean(-1)`` is
+    recorded as a ``call_method`` node and left out. ``graph calls`` counts both, every
+    operation the graphs hold.
 
     A graph break is where dynamo stops capturing (a Python value it cannot trace, such
     as a tensor's value read back with ``.item()`` into an ``if``), runs that bit in
@@ -29,12 +37,43 @@ def capture_report(fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
     torch._dynamo.reset()
     explained = torch._dynamo.explain(fn)(*args)
     torch._dynamo.reset()
+    calls = [
+        node.op
+        for graph in explained.graphs
+        for node in graph.graph.nodes
+        if node.op in ("call_function", "call_method")
+    ]
     return {
         "graphs": explained.graph_count,
         "graph breaks": explained.graph_break_count,
         "operators": explained.op_count,
+        "graph calls": len(calls),
+        "of them methods": calls.count("call_method"),
         "break reasons": [str(b.reason).splitlines()[0] for b in explained.break_reasons],
     }
+
+
+def eager_ops(fn: Callable[..., Any], *args: Any) -> list[str]:
+    """The ATen operators ``fn(*args)`` dispatches in eager mode, in order.
+
+    What eager execution costs: each one is a kernel launch that writes its result to
+    memory, so n operators leave n - 1 intermediate tensors besides the output. Recorded
+    with a ``TorchDispatchMode``, PyTorch's hook below autograd where every operator
+    passes once."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            self.ops.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    with Record() as record:
+        fn(*args)
+    return record.ops
 
 
 def inductor_code(fn: Callable[..., Any], *args: Any, lines: int = 40) -> str:
@@ -52,29 +91,71 @@ def inductor_code(fn: Callable[..., Any], *args: Any, lines: int = 40) -> str:
     return "\n".join(body.strip("\n").splitlines()[:lines])
 
 
+@dataclass
+class StepTimes:
+    """Step times (s) of repeated runs, per label, and the machine's load around them.
+
+    ``runs[label]`` holds one list per repeat. The figure and the steady state use each
+    step's minimum over the repeats: on a shared machine another process can only make
+    a step slower, never faster, so the minimum is the best estimate of the step itself.
+    The first steps are kept per run: the first compiled run pays the compile, a later
+    one reads inductor's cache from disk."""
+
+    runs: dict[str, list[list[float]]] = field(default_factory=dict)
+    load: list[tuple[float, float, float]] = field(default_factory=list)
+
+    @property
+    def minimum(self) -> dict[str, list[float]]:
+        return {
+            label: [min(step) for step in zip(*runs, strict=True)]
+            for label, runs in self.runs.items()
+        }
+
+    def first_steps(self, label: str) -> list[float]:
+        return [run[0] for run in self.runs[label]]
+
+    def load_line(self) -> str:
+        """The 1-minute load average before and after, against this machine's cores."""
+        before, after = self.load[0][0], self.load[-1][0]
+        return (
+            f"load average (1 min) {before:.1f} before, {after:.1f} after, on "
+            f"{os.cpu_count()} cores: above the core count, other processes shared the CPU "
+            "and slowed some steps"
+        )
+
+
 def eager_vs_compiled(
-    workdir: str | Path, variant: str = "native", steps: int = 8, **params: Any
-) -> dict[str, list[float]]:
-    """Step times (s) of the same run eager and with ``compile=True``, one after the other."""
+    workdir: str | Path, variant: str = "native", steps: int = 8, repeats: int = 2, **params: Any
+) -> StepTimes:
+    """The same run eager and with ``compile=True``, alternated ``repeats`` times.
+
+    Alternating (eager, compiled, eager, compiled) spreads a burst of load over both
+    labels instead of one. Each run builds its model anew, so the second compiled run is
+    traced again by dynamo, but inductor finds the generated code in its cache, which is
+    on disk (a kernel restart keeps it)."""
     from ..runs.run import run
 
     workdir = Path(workdir)
-    times = {}
-    for label, compile_ in (("eager", False), ("compiled", True)):
-        result = run(
-            variant,
-            steps=steps,
-            compile=compile_,
-            out=str(workdir / label),
-            progress=False,
-            **params,
-        )
-        times[label] = [m["step_time_s"] for m in result.metrics]
+    times = StepTimes(load=[os.getloadavg()])
+    for repeat in range(repeats):
+        for label, compile_ in (("eager", False), ("compiled", True)):
+            result = run(
+                variant,
+                steps=steps,
+                compile=compile_,
+                out=str(workdir / f"{label}-{repeat + 1}"),
+                progress=False,
+                **params,
+            )
+            times.runs.setdefault(label, []).append([m["step_time_s"] for m in result.metrics])
+    times.load.append(os.getloadavg())
     return times
 
 
 def step_time_figure(times: Mapping[str, Sequence[float]], *, title: str = "") -> NotebookFigure:
-    """Step time per step, one line per run (log scale: the compile step dwarfs the rest)."""
+    """Step time per step, one line per run (log scale: the compile step dwarfs the rest).
+
+    Give it ``StepTimes.minimum``: each step's fastest of the repeated runs."""
     fig = NotebookFigure(figsize=(7, 3.6), dpi=110, layout="constrained")
     ax = fig.add_subplot()
     for label, values in times.items():

@@ -16,7 +16,11 @@ ANCHORS = (("4b", 1), ("30b-a3b", 1), ("30b-a3b", 2))
 
 
 def planner_anchors(anchors: tuple[tuple[str, int], ...] = ANCHORS) -> list[dict[str, Any]]:
-    """One row per anchor: AWS's layout and the planner's, each with its estimates."""
+    """One row per anchor: the recipe's layout and the planner's, each with its estimates.
+
+    The recipe is AWS's published layout on one node; across nodes AWS published none,
+    and the row shows the presets' own rule (one replica of the one-node layout per
+    node, HSDP), labelled as such rather than as AWS's."""
     from ..errors import ConfigError
     from ..model.presets import get_preset
     from ..planner.cost import get_machine
@@ -44,7 +48,7 @@ def planner_anchors(anchors: tuple[tuple[str, int], ...] = ANCHORS) -> list[dict
             why = f"nothing fits the planner's headroom: {nothing.split(': ', 1)[-1]}"
         elif not recipe.fits:
             why = (
-                f"AWS's layout needs {memory.total_gib:.1f} GiB per rank: over the "
+                f"the recipe needs {memory.total_gib:.1f} GiB per rank: over the "
                 f"planner's limit of {recipe.limit_gib:.1f}"
             )
         elif (recipe.layout, recipe.activation_checkpoint, recipe.local_batch) == (
@@ -54,14 +58,15 @@ def planner_anchors(anchors: tuple[tuple[str, int], ...] = ANCHORS) -> list[dict
         ):
             why = "the same layout"
         else:
-            why = "AWS's " + why_slower(best, recipe)
+            why = "the recipe " + why_slower(best, recipe)
         rows.append(
             {
                 "model": load_model(preset).name,
                 "nodes": nodes,
-                "AWS's layout": recipe.label(),
-                "AWS GiB/rank": round(memory.total_gib, 1),
-                "AWS tokens/s (est.)": round(recipe.tokens_per_s),
+                "recipe": "AWS's" if nodes == 1 else "preset rule: AWS's 1-node layout, HSDP",
+                "recipe's layout": recipe.label(),
+                "recipe GiB/rank": round(memory.total_gib, 1),
+                "recipe tokens/s (est.)": round(recipe.tokens_per_s),
                 "planner's layout": best.label() if best else "-",
                 "planner GiB/rank": round(best.memory.total_gib, 1) if best else "-",
                 "planner tokens/s (est.)": round(best.tokens_per_s) if best else "-",

@@ -106,5 +106,19 @@ class TrainingPanel:
             f"{result.losses[-1]:.3f} ({result.wall_s:.1f} s); metrics in {result.metrics_path}"
         )
 
+    #: what a page without a kernel shows instead of the live panel
+    STAND_IN = (
+        "The training panel: a live widget (a variant, an initialisation and a number "
+        "of steps to choose, a Run button, a progress bar and the loss plotted after "
+        "every step). It needs a running kernel: open this notebook in JupyterLab to use "
+        "it. The figure of section 2 shows the same two runs, random and pretrained."
+    )
+
     def _repr_mimebundle_(self, **kwargs: Any):
-        return self.widget._repr_mimebundle_(**kwargs)
+        """The widget for Jupyter; beside it a text stand-in for a front end without
+        the widget's state (the static site), which would otherwise show a blank or
+        the bare ``VBox(...)`` of the widget's text form."""
+        bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
+        bundle["text/plain"] = self.STAND_IN
+        bundle["text/html"] = f"<p><em>{self.STAND_IN}</em></p>"
+        return bundle

@@ -6,7 +6,9 @@ the CPU. Here the same routes are built in Python with PyTorch's own, experiment
 API (``torch.utils.backend_registration._setup_privateuseone_for_python_backend``, as
 in torch's test ``test/test_privateuseone_python_backend.py``):
 
-* a ``toydev`` tensor holds no values, only a shape and a dtype; its values are a CPU
+* it registers PrivateUse1 under TorchNeuron's own name, ``neuron``, so the code reads
+  as it would on a trn2 (``x.to("neuron")``);
+* a toy ``neuron`` tensor holds no values, only a shape and a dtype; its values are a CPU
   tensor the device keeps for it (its "device memory");
 * a few operators have **kernels of their own**, registered with ``torch.library`` for
   the PrivateUse1 key (the matrix products, as Neuron's Tensor Engine would run them);
@@ -15,16 +17,26 @@ in torch's test ``test/test_privateuseone_python_backend.py``):
   what it caught.
 
 It is plainly a toy: nothing is faster, and it runs in a child process, because a
-process can rename PrivateUse1 only once (the notebook's kernel keeps its own toy
-registration, and on trn2 PrivateUse1 is ``neuron``). ``toy_device_training`` starts
-the child and returns what it measured next to the same steps on the CPU.
+process can rename PrivateUse1 only once. That child is also why the name ``neuron`` is
+safe: it starts with device-backend autoload off (``TORCH_DEVICE_BACKEND_AUTOLOAD=0``),
+so even on a trn2, where torch-neuronx is installed and would claim PrivateUse1 as
+``neuron`` at ``import torch``, it never loads there; the child checks that PrivateUse1
+is still unnamed and torch_neuronx absent before it registers, starts no Neuron runtime,
+and exits when the steps are done. The notebook's kernel, and every real run, never see
+the toy. ``toy_device_training`` starts the child and returns what it measured next to
+the same steps on the CPU.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections import Counter
 from typing import Any
+
+#: the name the toy registers: TorchNeuron's, safe in a child without torch-neuronx
+NAME = "neuron"
 
 #: what the toy device implements itself: memory (allocate, copy to and from the CPU),
 #: as every backend must, and the matrix products; everything else falls back
@@ -37,25 +49,34 @@ def _child(steps: int, seed: int) -> dict[str, Any]:
     import torch
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-    _setup_privateuseone_for_python_backend("toydev")
+    from ..errors import ConfigError
+
+    taken = torch._C._get_privateuse1_backend_name()
+    if taken != "privateuseone" or "torch_neuronx" in sys.modules:
+        raise ConfigError(
+            f"the toy device needs a free PrivateUse1, but this process has {taken!r} "
+            "(torch_neuronx loaded): run it through toy_device_training(), whose child "
+            "process sets TORCH_DEVICE_BACKEND_AUTOLOAD=0"
+        )
+    _setup_privateuseone_for_python_backend(NAME)
     caught: Counter[str] = Counter()
     own: Counter[str] = Counter()
 
-    # A toydev tensor is an empty PrivateUse1 tensor (shape and dtype only); its values
+    # A toy tensor is an empty PrivateUse1 tensor (shape and dtype only); its values
     # live in a CPU tensor, found through the tensor's storage. (Not a Python attribute:
     # autograd keeps saved outputs as shallow copies, new Python objects sharing the
     # storage.)
     raw_of: dict[int, torch.Tensor] = {}
 
     def is_toy(x: Any) -> bool:
-        return isinstance(x, torch.Tensor) and x.device.type == "toydev"
+        return isinstance(x, torch.Tensor) and x.device.type == NAME
 
     def unwrap(x: Any) -> Any:
         if is_toy(x):
             return raw_of[x.untyped_storage()._cdata]
         if isinstance(x, list | tuple):
             return type(x)(unwrap(v) for v in x)
-        if isinstance(x, torch.device) and x.type == "toydev":
+        if isinstance(x, torch.device) and x.type == NAME:
             return torch.device("cpu")
         return x
 
@@ -69,7 +90,7 @@ def _child(steps: int, seed: int) -> dict[str, Any]:
         return x
 
     def fallback(op, *args, **kwargs):
-        """Any operator without a toydev kernel: run it on the CPU, count it."""
+        """Any operator without a kernel of the toy's own: run it on the CPU, count it."""
         caught[op.name()] += 1
         cpu_args = unwrap(args)
         cpu_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
@@ -155,8 +176,10 @@ def _child(steps: int, seed: int) -> dict[str, Any]:
 
     cpu_losses, cpu_grads = train("cpu")
     caught.clear()
-    toy_losses, toy_grads = train("toydev")
+    toy_losses, toy_grads = train(NAME)
     return {
+        "device": str(wrap(torch.zeros(1)).device),
+        "privateuse1 name": torch._C._get_privateuse1_backend_name(),
         "cpu_losses": cpu_losses,
         "toy_losses": toy_losses,
         "max_grad_diff": max((toy_grads[n] - cpu_grads[n]).abs().max().item() for n in cpu_grads),
@@ -166,13 +189,17 @@ def _child(steps: int, seed: int) -> dict[str, Any]:
 
 
 def toy_device_training(steps: int = 3, seed: int = 0, timeout_s: float = 120) -> dict:
-    """Train a small MLP for ``steps`` SGD steps on ``toydev`` and on the CPU, in a child
-    process; return both losses, the largest gradient difference and the operator counts
-    (own kernels, and what the CPU fallback caught)."""
+    """Train a small MLP for ``steps`` SGD steps on the toy ``neuron`` device and on the
+    CPU, in a child process; return both losses, the largest gradient difference and the
+    operator counts (own kernels, and what the CPU fallback caught).
+
+    The child runs with autoload off, so torch-neuronx (installed on a trn2) stays out
+    of it and the name ``neuron`` is the toy's alone there."""
     from ..runs import child
 
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
     # the one child runner: its process group stopped on any stop, one error line
-    return child.call(_child, int(steps), int(seed), timeout=timeout_s)
+    return child.call(_child, int(steps), int(seed), env=env, timeout=timeout_s)
 
 
 if __name__ == "__main__":
