@@ -569,7 +569,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
     import shlex
 
     from .corpus import is_local
-    from .prepared import prepare
+    from .data_prepare import prepare
 
     # a hub corpus (c4) needs the network here, and only here: the nodes read the folder
     args.scope.enter_context(hub_offline(is_local(args.corpus)))

@@ -1,5 +1,7 @@
-"""Pre-tokenized corpora for shared storage: ``qwen3-trn data prepare`` writes one,
-``train --corpus DIR`` reads it.
+"""Pre-tokenized corpora for shared storage: ``train --corpus DIR`` reads one (this
+module: its format, checks and loader), ``qwen3-trn data prepare`` writes one
+(data_prepare.py, which reads the source through corpus.py: apart, so corpus.py can
+serve a prepared folder without an import circle).
 
 Why: a job of 128 to 1,024 ranks that streams c4 from the Hugging Face hub makes every
 rank a hub client, and compute subnets often have no internet at all; AWS's trn2
@@ -28,8 +30,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,125 +96,6 @@ def _identity(folder: str, stamps: tuple) -> tuple[tuple[str, Any], ...]:
         ("bos_id", tokenizer.bos_id),
         ("eos_id", tokenizer.eos_id),
     )
-
-
-def source_documents(corpus: str) -> Iterator[str]:
-    """The documents of any corpus ``train`` takes, in the order its dataloader reads
-    them: through the same torchtitan registry entry (loader and sample processor)."""
-    from torchtitan.hf_datasets.text_datasets import DATASETS
-
-    from .corpus import dataset_args
-
-    name, path = dataset_args(corpus)  # a bad corpus fails here, not at the first read
-    if name == DATASET_NAME:
-        raise ConfigError(
-            f"corpus {corpus} is already prepared (it holds {MANIFEST}); train on it with "
-            "--corpus, or prepare its source again"
-        )
-    entry = DATASETS[name]
-    return (entry.sample_processor(sample) for sample in entry.loader(path or entry.path))
-
-
-def _empty_folder(out: Path) -> None:
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError(
-            f"--out {out} exists and is not an empty folder; choose a new folder (a "
-            "prepared corpus is never written over another)"
-        )
-    out.mkdir(parents=True, exist_ok=True)
-
-
-def prepare(
-    corpus: str,
-    out: str | Path,
-    *,
-    tokenizer: str | Path | None = None,
-    max_documents: int | None = None,
-    max_tokens: int | None = None,
-    shard_tokens: int = SHARD_TOKENS,
-    progress: bool = False,
-) -> dict[str, Any]:
-    """Tokenize ``corpus`` into ``out`` (a new folder) and return the manifest.
-
-    ``max_documents`` / ``max_tokens`` stop early (after the document that reaches the
-    count); a corpus streamed from the hub (c4 holds 365 M documents) needs one.
-    """
-    from datasets import Features, Sequence, Value
-    from datasets.arrow_writer import ArrowWriter
-    from torchtitan.components.tokenizer import HuggingFaceTokenizer
-
-    from .assets import resolve_tokenizer
-    from .corpus import is_local
-
-    if not is_local(corpus) and max_documents is None and max_tokens is None:
-        raise ConfigError(
-            f"corpus {corpus!r} streams from the hub without end; pass --max-documents N "
-            "or --max-tokens N (a run needs steps x global batch x seq_len tokens)"
-        )
-    out = Path(out).expanduser().absolute()
-    tokenizer_dir = resolve_tokenizer(tokenizer)
-    documents = source_documents(corpus)  # (a bad corpus fails before --out exists)
-    _empty_folder(out)
-    encoder = HuggingFaceTokenizer(tokenizer_path=str(tokenizer_dir))
-    features = Features({"tokens": Sequence(Value("int32"))})
-
-    shards: list[dict[str, Any]] = []
-    writer: ArrowWriter | None = None
-    shard_docs = shard_toks = n_docs = n_toks = 0
-
-    def close_shard() -> None:
-        nonlocal writer
-        assert writer is not None
-        writer.finalize()
-        writer.close()
-        file = out / shards[-1]["file"]
-        shards[-1].update(
-            documents=shard_docs, tokens=shard_toks, bytes=file.stat().st_size,
-            sha256=sha256_file(file),
-        )  # fmt: skip
-        writer = None
-
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(unit=" docs", desc="tokenizing")
-    for text in documents:
-        if writer is None:
-            shards.append({"file": f"tokens-{len(shards):05d}.arrow"})
-            writer = ArrowWriter(features=features, path=str(out / shards[-1]["file"]))
-            shard_docs = shard_toks = 0
-        ids = encoder.encode(text, **ENCODE)
-        writer.write({"tokens": ids})
-        shard_docs, shard_toks = shard_docs + 1, shard_toks + len(ids)
-        n_docs, n_toks = n_docs + 1, n_toks + len(ids)
-        if bar is not None:
-            bar.update()
-        if shard_toks >= shard_tokens:
-            close_shard()
-        if (max_documents and n_docs >= max_documents) or (max_tokens and n_toks >= max_tokens):
-            break
-    if writer is not None:
-        close_shard()
-    if bar is not None:
-        bar.close()
-    if not n_docs:
-        raise AssetError(f"corpus {corpus!r} yielded no documents; nothing was prepared")
-
-    manifest = {
-        "format": FORMAT,
-        "version": VERSION,
-        "source": str(corpus),
-        "tokenizer": {"path": str(tokenizer_dir), **tokenizer_identity(tokenizer_dir)},
-        "encode": ENCODE,
-        "documents": n_docs,
-        "tokens": n_toks,
-        "shards": shards,
-    }
-    tmp = out / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-    os.replace(tmp, out / MANIFEST)  # last, and whole: a folder with it is complete
-    return manifest
 
 
 def read_manifest(folder: str | Path) -> dict[str, Any]:

@@ -18,6 +18,8 @@ LAYERS = [
         "device",
         "assets",
         "corpus",
+        "prepared",
+        "data_prepare",
     },
     {"model"},
     {"training"},  # what torchtitan builds: spec, trainer, patches, metrics, memory

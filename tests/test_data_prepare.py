@@ -10,7 +10,8 @@ import pytest
 
 from qwen3_trn_helpers.cli import main
 from qwen3_trn_helpers.corpus import embedded_corpus_path, read_documents
-from qwen3_trn_helpers.prepared import MANIFEST, check_prepared, prepare
+from qwen3_trn_helpers.data_prepare import prepare
+from qwen3_trn_helpers.prepared import MANIFEST, check_prepared
 
 
 @pytest.fixture(scope="module")

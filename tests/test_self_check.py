@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from qwen3_trn_helpers.lessons.quiz import WIDGET_MIME, Question, SelfCheck, self_check
-from qwen3_trn_helpers.lessons.quiz_questions import QUESTIONS
+from qwen3_trn_helpers.lessons.quiz import WIDGET_MIME, Question, SelfCheck
+from qwen3_trn_helpers.lessons.quiz_questions import QUESTIONS, self_check
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

@@ -44,7 +44,7 @@ EXPORTS = {
     "reproduction_specs": "reproduction",
     "scratch_folder": "scratch",
     "section_rows": "torchtitan_view",
-    "self_check": "quiz",
+    "self_check": "quiz_questions",
     "stack_figure": "stack",
     "Table": "tables",
     "tokens_per_s_for_mfu": "scaling",

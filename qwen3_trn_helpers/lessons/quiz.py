@@ -107,12 +107,3 @@ class SelfCheck:
         if WIDGET_MIME in view:
             bundle[WIDGET_MIME] = view[WIDGET_MIME]
         return bundle
-
-
-def self_check(notebook: str) -> SelfCheck:
-    """The self-check of notebook ``notebook`` ("00" to "06")."""
-    from .quiz_questions import QUESTIONS
-
-    if notebook not in QUESTIONS:
-        raise ValueError(f"no self-check for notebook {notebook!r}: one of {sorted(QUESTIONS)}")
-    return SelfCheck(f"Self-check, notebook {notebook}", QUESTIONS[notebook])

@@ -1,4 +1,5 @@
-"""The questions of each notebook's self-check (shown by ``quiz.self_check``).
+"""The questions of each notebook's self-check, and ``self_check`` that shows them
+(quiz.py: how a self-check is asked and answered).
 
 Each checks one idea its notebook teaches; the reason given is the notebook's own
 (tests/test_self_check.py keeps every notebook at 3 to 5 questions).
@@ -6,7 +7,7 @@ Each checks one idea its notebook teaches; the reason given is the notebook's ow
 
 from __future__ import annotations
 
-from .quiz import Question
+from .quiz import Question, SelfCheck
 
 Q = Question
 
@@ -227,3 +228,10 @@ QUESTIONS: dict[str, tuple[Question, ...]] = {
         ),
     ),
 }
+
+
+def self_check(notebook: str) -> SelfCheck:
+    """The self-check of notebook ``notebook`` ("00" to "06")."""
+    if notebook not in QUESTIONS:
+        raise ValueError(f"no self-check for notebook {notebook!r}: one of {sorted(QUESTIONS)}")
+    return SelfCheck(f"Self-check, notebook {notebook}", QUESTIONS[notebook])
