@@ -153,8 +153,8 @@ PRESETS: dict[str, Preset] = {
             moe_block_size=256,
             # FSDP reduce-scatters gradients in bf16: with fp32 the block's gradients
             # cost 6 B per parameter before the reduction instead of 4, and the plan
-            # needs 23.3 GiB per core, over the 21.6 (90% of 24) a plan may use; with
-            # bf16, 20.9 (notebook 04 derives both). The sharded fp32 gradients and
+            # needs 23.4 GiB per core, over the 21.6 (90% of 24) a plan may use; with
+            # bf16, 21.1 (notebook 04 derives both). The sharded fp32 gradients and
             # AdamW state stay fp32.
             reduce_dtype="bfloat16",
             corpus="c4",

@@ -11,6 +11,10 @@ parameters as the blockwise ones without a CPU minute per layer of padded blocks
 ``measure`` trains each of the top candidates for a few steps on this machine's device
 and ranks them by measured tokens/s (torchtitan's own throughput); on a CPU at tiny
 scale this tests the mechanism, on trn2 it replaces the cost model's assumptions.
+
+``verify`` also runs one dense block's forward and backward per activation
+checkpointing mode (planner/activations.py: fake tensors, torch's MemTracker) and puts
+what it keeps for the backward beside the estimate's per-layer activation term.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..model.shapes import Qwen3Shape
+from .activations import ActivationCheck, check_activations
 from .search import Candidate, LayoutPlan
 
 #: how far the measured sharded state may be from the estimate: FSDP pads each
@@ -37,6 +43,7 @@ class Verification:
     estimated_state_gib: float  # training/memory.py for the same blocks
     build_s: float
     step_s: float
+    activations: tuple[ActivationCheck, ...] = ()  # per AC mode; empty for MoE
 
     @property
     def relative_error(self) -> float:
@@ -44,7 +51,8 @@ class Verification:
 
     @property
     def agrees(self) -> bool:
-        return self.relative_error <= VERIFY_TOLERANCE
+        state = self.relative_error <= VERIFY_TOLERANCE
+        return state and all(a.agrees for a in self.activations)
 
     def rows(self) -> list[dict[str, Any]]:
         return [
@@ -56,7 +64,7 @@ class Verification:
                 self.estimated_state_gib, 4)},
             {"": "difference", "value": f"{100 * self.relative_error:.2f}% "
              f"(tolerance {100 * VERIFY_TOLERANCE:.0f}%)"},
-            {"": "agrees", "value": self.agrees},
+            {"": "state agrees", "value": self.relative_error <= VERIFY_TOLERANCE},
             {"": "build / one step, s", "value": f"{self.build_s:.1f} / {self.step_s:.1f}"},
         ]  # fmt: skip
 
@@ -72,11 +80,14 @@ class Verification:
             "agrees": self.agrees,
             "build_s": self.build_s,
             "step_s": self.step_s,
+            "activations": [a.to_json() for a in self.activations],
         }
 
 
-def verify(candidate: Candidate, layers: int = 1) -> Verification:
-    """Dry-run ``candidate`` (fake backend, ``layers`` blocks) and compare its state."""
+def verify(candidate: Candidate, layers: int = 1, shape: Qwen3Shape | None = None) -> Verification:
+    """Dry-run ``candidate`` (fake backend, ``layers`` blocks) and compare its state;
+    with ``shape`` (dense), also one block's activations per checkpointing mode at the
+    candidate's tokens per microbatch (seq_len x local batch, before TP's sharding)."""
     from ..model.variants import get_variant
     from ..runs.dry_run import dry_run
 
@@ -92,6 +103,9 @@ def verify(candidate: Candidate, layers: int = 1) -> Verification:
         estimated_state_gib=report.estimated_state_gib,
         build_s=report.build_s,
         step_s=report.step_s,
+        activations=tuple(check_activations(shape, candidate.seq_len * candidate.local_batch))
+        if shape is not None and not shape.is_moe
+        else (),
     )
 
 

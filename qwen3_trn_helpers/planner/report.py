@@ -52,6 +52,7 @@ def plan_command(args: argparse.Namespace) -> tuple[str, bool]:
     """The output of ``qwen3-trn plan`` and whether its checks passed."""
     from ..lessons.tables import Table
     from ..training.metrics_file import strict_json
+    from .activations import ACTIVATION_TOLERANCE
     from .checks import calibrate, measure, verify
     from .models import load_model
     from .search import plan_given_layout, plan_layouts
@@ -119,11 +120,15 @@ def plan_command(args: argparse.Namespace) -> tuple[str, bool]:
     data: dict[str, Any] = plan.to_json(args.top)
     text = [plan.render(args.top)]
     if args.verify:
-        check = verify(plan.best, layers=args.verify_layers)
+        check = verify(plan.best, layers=args.verify_layers, shape=model.shape)
         ok = ok and check.agrees
         data["verify"] = check.to_json()
         text += ["", "verify: the best layout, dry-run with torchtitan's fake backend:"]
         text.append(str(Table(check.rows())))
+        if check.activations:
+            text += ["", "verify: one block's activations per AC mode (fake tensors, MemTracker), "
+                     f"tolerance {100 * ACTIVATION_TOLERANCE:.0f}%:"]  # fmt: skip
+            text.append(str(Table([a.row() for a in check.activations])))
     if args.measure:
         measured = measure(plan, top=args.measure_top, steps=args.steps)
         data["measure"] = [

@@ -34,12 +34,21 @@ the rest, so every parameter is sharded ``world`` ways), tokens T = batch x seq_
   microcode per physical core (Neuron docs, "Neuron device memory"), and for its
   scratchpad, DMA rings and collective buffers, which that page names but does not
   size, an assumed 1 GiB per logical core
-- activations, bf16, sharded by tp (sequence parallelism): per layer T x (4 d + 3 q +
-  3 kv + 4 F) values without checkpointing (norm inputs and outputs; q and k before and
-  after norm/RoPE, v, the attention output; the MLP's gate, up, SiLU and product);
-  with selective checkpointing the block input, half the matmul outputs and the
-  attention output; with full checkpointing the block input only, plus one block
-  recomputed at a time
+- activations, sharded by tp (sequence parallelism), counted in bf16 values (an fp32
+  tensor is two): what one eager torchtitan block saves for its backward, as
+  ``plan --verify`` measures it (one block, torch's MemTracker, fake tensors; dense
+  blocks). Without checkpointing per layer T x (10 d + 6 q + 6 kv + 4 F + 4 heads + 2
+  kv_heads + 4): each RMSNorm (nn.RMSNorm -> F.rms_norm, whose composite path computes
+  in fp32) keeps its fp32 input, fp32 normalised product and fp32 rstd, and the linear
+  after it the bf16 output; q_norm and k_norm the same per head; SDPA q, k, v, its
+  output and fp32 logsumexp; the MLP's gate, up, SiLU and product. Selective
+  (torchtitan's SelectiveAC, distributed/activation_checkpoint.py: every second
+  mm/linear recomputed, the SDPA ops in its save list kept): the block input, the
+  fused qkv, w1 and w2 outputs (the 1st, 3rd and 5th of wqkv, wo, w1, w3, w2), and the
+  attention output + logsumexp where the SDPA op is in that list (Neuron's
+  ``_scaled_dot_product_fused_attention_overrideable``, CUDA's; not the CPU's
+  ``_scaled_dot_product_flash_attention_for_cpu``). Full: the block input only, plus
+  one block recomputed at a time
 - logits: T x V / tp x (2 B bf16 + 4 B fp32 + 4 B fp32 gradient) / loss chunks
 - attention scores, only where attention runs a mask through a generic (non-fused)
   implementation: T x S x heads / tp x 2 B per layer kept for the backward
@@ -141,16 +150,31 @@ class MemoryEstimate:
         }
 
 
-def layer_activation_values(shape: Qwen3Shape, tokens: int, checkpointing: str) -> float:
-    """bf16 values one transformer block keeps for its backward (before TP sharding)."""
+def layer_activation_values(
+    shape: Qwen3Shape, tokens: int, checkpointing: str, *, attention_saved: bool = True
+) -> float:
+    """bf16 values one transformer block keeps for its backward (before TP sharding).
+
+    An fp32 tensor counts as two values; the terms are the module docstring's, and
+    ``plan --verify`` measures them per mode. ``attention_saved``: selective
+    checkpointing keeps the SDPA output because torchtitan's save list holds the SDPA
+    op the device runs (Neuron, CUDA); the CPU's op is not in it (``--verify``: False).
+    """
     s = shape
-    q, kv = s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim
+    heads, kv_heads = s.n_heads, s.n_kv_heads
+    q, kv = heads * s.head_dim, kv_heads * s.head_dim
     f = s.top_k * s.moe_hidden_dim if s.is_moe else s.hidden_dim
     if checkpointing == "none":
-        return tokens * (4 * s.dim + 3 * q + 3 * kv + 4 * f)
+        # fp32 input (2 d) and normalised product (2 d), fp32 rstd (2), bf16 output (d)
+        norms = 2 * (5 * s.dim + 2)
+        qk_norms = 4 * q + 2 * heads + 4 * kv + 2 * kv_heads  # the same, per head
+        sdpa = q + 2 * kv + q + 2 * heads  # q, k, v in; output and fp32 logsumexp
+        return tokens * (norms + qk_norms + sdpa + 4 * f)
     if checkpointing == "selective":
-        matmul_outputs = q + 2 * kv + s.dim + 2 * f + s.dim
-        return tokens * (s.dim + matmul_outputs / 2 + q)
+        kept = s.dim + (q + 2 * kv) + f + s.dim  # input; wqkv, w1, w2 outputs
+        if attention_saved:
+            kept += q + 2 * heads
+        return tokens * kept
     if checkpointing == "full":
         return tokens * s.dim
     raise ValueError(f"activation checkpointing must be none, selective or full: {checkpointing}")
