@@ -230,6 +230,41 @@ def test_train_on_neuron_compiled_goes_as_far_as_tensors(attention, tmp_path):
     ), manifest["error"][:500]
 
 
+# --- the probe (issue 29, item 6): a training step on a computing `neuron` device --------
+
+
+def _losses(run: Path) -> list[float]:
+    return [json.loads(ln)["loss"] for ln in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.long
+@pytest.mark.slow
+def test_a_training_step_runs_on_neuron_with_the_cpu_fallback(tmp_path):
+    """With the double's opt-in CPU fallback (torch's Python backend route, as
+    lessons/toy_device.py), `train --device neuron` runs forward, backward and AdamW on
+    `neuron` tensors (FSDP2 on one rank) and its losses follow the CPU's; the operators
+    ran through the fallback (the fused AdamW included), not on a plain CPU tensor."""
+    env = {**install(tmp_path / "double", record=tmp_path / "seen"),
+           "FAKE_TORCH_NEURONX_CPU_FALLBACK": "1"}  # fmt: skip
+    common = ["--preset", "tiny", "--steps", "3", "--nproc", "1", "--attention", "causal",
+              "--no-progress"]  # fmt: skip
+    base = [sys.executable, "-m", "qwen3_trn_helpers", "train"]
+    proc = _run([*base, "--device", "neuron", "--out", str(tmp_path / "neuron"), *common], env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    manifest = json.loads((tmp_path / "neuron" / "run.json").read_text())
+    assert manifest["resolved"]["device"] == "neuron", manifest
+    caught = json.loads((tmp_path / "seen" / "fallback_rank0.json").read_text())["caught"]
+    assert {"aten::_fused_adamw_", "aten::mm.out", "aten::nll_loss_backward.grad_input"} <= set(
+        caught
+    ), caught
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_TORCH_NEURONX")}
+    proc = _run([*base, "--device", "cpu", "--out", str(tmp_path / "cpu"), *common], plain)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # not bitwise: on `neuron` SDPA takes its math path (softmax, bmm), the CPU its flash
+    # kernel; measured 3e-5 apart after 3 AdamW steps
+    assert _losses(tmp_path / "neuron") == pytest.approx(_losses(tmp_path / "cpu"), abs=2e-3)
+
+
 # --- N8: the ladder under a class share --------------------------------------------------
 
 

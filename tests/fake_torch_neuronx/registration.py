@@ -11,6 +11,8 @@ stops ("as far as our code goes before tensors are made").
 
 from __future__ import annotations
 
+import os
+
 
 def autoload() -> None:
     """The ``torch.backends`` entry point (torch/__init__.py, _import_device_backends)."""
@@ -18,7 +20,7 @@ def autoload() -> None:
     import torch.distributed as dist
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-    from . import device_module, process_group
+    from . import cpu_fallback, device_module, process_group
 
     _setup_privateuseone_for_python_backend(
         "neuron", backend_module=device_module.NeuronDeviceModule()
@@ -29,4 +31,12 @@ def autoload() -> None:
         dist.Backend.register_backend(
             "neuron", process_group.create_neuron_process_group, devices=["neuron"]
         )
+    if os.environ.get(cpu_fallback.ENABLE_VAR) == "1":
+        # opt in: tensors on neuron compute on the CPU (the probe of issue 29, item 6)
+        cpu_fallback.install("neuron")
+        cpu_fallback.add_streams(torch.neuron)
+        if os.environ.get("FAKE_TORCH_NEURONX_RECORD") and "RANK" in os.environ:
+            import atexit
+
+            atexit.register(cpu_fallback.record, os.environ["FAKE_TORCH_NEURONX_RECORD"])
     torch.neuron.fake = True  # type: ignore[attr-defined]  (a test can tell it is the double)
