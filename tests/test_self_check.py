@@ -46,6 +46,9 @@ def test_a_choice_is_checked_at_once_with_its_reason():
     assert "method calls" in feedback.value  # the reasoning follows the verdict
     choice.value = "7"
     assert feedback.value.startswith("<p>Right.")
+    # radio labels are plain text: no Markdown backticks (06's question 2 has `.item()`)
+    labels = form.children[5]._options_labels
+    assert any(".item()" in label for label in labels) and not any("`" in x for x in labels)
 
 
 def test_the_static_form_folds_each_answer():

@@ -84,9 +84,9 @@ class SelfCheck:
 
         rows = [w.HTML(f"<strong>{html.escape(self.title)}</strong>")]
         for i, q in enumerate(self.questions, 1):
-            choice = w.RadioButtons(
-                options=list(q.options), value=None, layout=w.Layout(width="auto")
-            )
+            # a radio label is plain text: Markdown's `code` marks would show as backticks
+            labels = [(option.replace("`", ""), option) for option in q.options]
+            choice = w.RadioButtons(options=labels, value=None, layout=w.Layout(width="auto"))
             feedback = w.HTML("")
 
             def show(change: dict, q: Question = q, feedback: w.HTML = feedback) -> None:
