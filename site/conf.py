@@ -52,4 +52,5 @@ else:
 html_theme_options = {"sidebar_width": "230px", "page_width": "1180px"}
 html_static_path: list[str] = []
 html_show_sourcelink = False
+html_show_copyright = False  # no copyright line is set: the footer showed a bare "©."
 html_copy_source = False
