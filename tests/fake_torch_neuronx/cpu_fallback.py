@@ -29,8 +29,16 @@ ENABLE_VAR = "FAKE_TORCH_NEURONX_CPU_FALLBACK"
 caught: Counter[str] = Counter()
 
 
+#: where ``record`` writes as the fallback meets each new operator (None: nowhere)
+record_to: str | None = None
+
+
 def record(folder: str) -> None:
-    """At exit, write what the fallback caught into ``folder`` (the double's record)."""
+    """Write what the fallback caught into ``folder`` (the double's record).
+
+    Called as each new operator is first caught, not only at exit: a rank that ran
+    collectives leaves with ``os._exit`` (training/ranks.py ``leave``), so atexit
+    handlers never run there."""
     import json
     import os
     from pathlib import Path
@@ -90,6 +98,8 @@ def install(device: str = "neuron") -> None:
 
     def fallback(op, *args, **kwargs):
         caught[op.name()] += 1
+        if record_to is not None and caught[op.name()] == 1:
+            record(record_to)
         cpu_args = unwrap(args)
         cpu_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
         out = op(*cpu_args, **cpu_kwargs)

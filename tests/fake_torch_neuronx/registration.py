@@ -36,7 +36,5 @@ def autoload() -> None:
         cpu_fallback.install("neuron")
         cpu_fallback.add_streams(torch.neuron)
         if os.environ.get("FAKE_TORCH_NEURONX_RECORD") and "RANK" in os.environ:
-            import atexit
-
-            atexit.register(cpu_fallback.record, os.environ["FAKE_TORCH_NEURONX_RECORD"])
+            cpu_fallback.record_to = os.environ["FAKE_TORCH_NEURONX_RECORD"]
     torch.neuron.fake = True  # type: ignore[attr-defined]  (a test can tell it is the double)
