@@ -7,6 +7,7 @@ training panel's live plot) and, for the command line, the torchrun command it s
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,7 +33,12 @@ class Reporter:
         if self.progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=total, initial=initial, desc=self.label or desc, unit="step")
+            # tqdm's documented TQDM_DISABLE (the static site's build sets it): tqdm.notebook,
+            # which tqdm.auto picks in a kernel, does not read TQDM_* variables (tqdm 4.70:
+            # only tqdm.std's __init__ is wrapped by envwrap), so it is passed on here
+            off = os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")
+            bar = tqdm(total=total, initial=initial, desc=self.label or desc, unit="step",
+                       disable=off)  # fmt: skip
         on_step = self.on_step
 
         def step_done(record: dict[str, Any]) -> None:
