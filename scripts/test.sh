@@ -3,7 +3,8 @@
 # CI runs exactly this. Independent test files run on all cores (pytest-xdist; a
 # notebook's cells stay together in one worker).
 #
-#   scripts/test.sh            # the suite (under 10 minutes on 2 cores from a clean clone)
+#   scripts/test.sh            # the suite (about 13 minutes on 2 cores from a clean clone;
+#                              #   the goal is 8)
 #   scripts/test.sh --fast     # the inner loop: tests not marked slow, no notebooks
 #   scripts/test.sh --install  # the workshop wheelhouse: built from the package index,
 #                              #   installed offline into a new venv (CI runs it after)
