@@ -137,6 +137,13 @@ if [ -n "$wheelhouse" ]; then
   fi
 fi
 
+# pip runs with --no-compile: otherwise it byte-compiles all ~18,700 .py files it installs
+# (torch, jupyterlab, the kubernetes models...), about 111 s of the install's 253 s of CPU
+# on a 2-core Zen 4; Python compiles the modules a run actually imports on their first
+# import instead (and caches them in __pycache__ as usual): the trainer, transformers,
+# datasets, matplotlib and the CLI together import 3,783 of them, 29 s of CPU, once.
+nocompile="--no-compile"
+
 # Reinstall only when pyproject.toml (or the Neuron pins, the torch index, the
 # wheelhouse, the checkout: the package is installed editable, from this folder) changed
 # since the last install, or an extra is asked for that it lacks (`--site` after a plain
@@ -162,7 +169,7 @@ if [ "$had" != "$want" ] || [ -n "$lacking" ]; then
     # --isolated: no pip configuration or PIP_* variable adds an index or a find-links
     # folder; everything comes from the wheelhouse or the install fails
     echo "installing offline: pip install --no-index --find-links $wheelhouse/wheels $requirement"
-    if ! "$py" -m pip install --quiet --isolated --no-index --only-binary=:all: \
+    if ! "$py" -m pip install --quiet $nocompile --isolated --no-index --only-binary=:all: \
         --find-links "$wheelhouse/wheels" "$requirement"; then
       echo "error: the wheelhouse $wheelhouse lacks a wheel this install needs (pip's" \
         "ERROR above names it); rebuild it on a machine with network:" \
@@ -185,7 +192,7 @@ print(next(r for r in cpu if re.match(r'torch\s*==', r)).replace(' ', ''))")
       fi
       if [ -z "$torch_version" ]; then
         echo "installing: pip install --index-url $torch_index $pin+cpu (PyPI for the rest)"
-        if ! err=$("$py" -m pip install --quiet --no-deps --index-url "$torch_index" \
+        if ! err=$("$py" -m pip install --quiet $nocompile --no-deps --index-url "$torch_index" \
             "$pin+cpu" 2>&1); then
           echo "error: could not install $pin+cpu from $torch_index" \
             "($(echo "$err" | grep -E '^ERROR' | head -n 1)); check the network to it, or" \
@@ -199,7 +206,7 @@ print(next(r for r in cpu if re.match(r'torch\s*==', r)).replace(' ', ''))")
         "CPU-only torch instead of PyPI's (which brings 3.2 GB of CUDA libraries)"
     fi
     echo "installing: pip install ${constraints:+-c $constraints }-e .[$extras]"
-    "$py" -m pip install --quiet ${constraints:+-c "$constraints"} -e ".[$extras]"
+    "$py" -m pip install --quiet $nocompile ${constraints:+-c "$constraints"} -e ".[$extras]"
   fi
   # extras installed before with the same pyproject.toml stay installed: keep them listed
   installed=$extras

@@ -5,7 +5,8 @@
 #
 #   scripts/test.sh            # the suite (about 13 minutes on 2 cores from a clean clone;
 #                              #   the goal is 8)
-#   scripts/test.sh --fast     # the inner loop: tests not marked slow, no notebooks
+#   scripts/test.sh --fast     # the inner loop: tests not marked slow, no notebooks (nor
+#                              #   any install, long or site test, even one not marked slow)
 #   scripts/test.sh --install  # the workshop wheelhouse: built from the package index,
 #                              #   installed offline into a new venv (CI runs it after)
 #   scripts/test.sh --long     # multi-process and end-to-end checks, compiled-vs-eager runs
@@ -24,7 +25,8 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 MPLBACKEND=Agg
 py="${QWEN3_TRN_VENV:-.venv}/bin/python"
 if [ "${1:-}" = "--fast" ]; then
   shift
-  exec "$py" -m pytest tests -m "not slow and not site" -n auto --dist loadfile --durations=10 "$@"
+  exec "$py" -m pytest tests -m "not slow and not site and not install and not long" \
+    -n auto --dist loadfile --durations=10 "$@"
 fi
 if [ "${1:-}" = "--install" ]; then
   shift
