@@ -21,6 +21,9 @@ SEQ = 48
 def tokenizer(tokenizer_dir):
     from torchtitan.components.tokenizer import HuggingFaceTokenizer
 
+    from qwen3_trn_helpers.corpus import register_datasets
+
+    register_datasets()  # (torchtitan's loader, built here for comparison, needs them)
     return HuggingFaceTokenizer(tokenizer_path=str(tokenizer_dir))
 
 
@@ -46,10 +49,8 @@ def prepared(corpus, tmp_path_factory) -> Path:
 
 
 def loader(tokenizer, *, rank=0, ranks=1, local_batch=1, dataset="qwen3_trn_text", path=None):
-    from qwen3_trn_helpers.corpus import register_datasets
     from qwen3_trn_helpers.training.global_order import GlobalOrderDataLoader
 
-    register_datasets()
     config = GlobalOrderDataLoader.Config(dataset=dataset, dataset_path=str(path))
     return config.build(dp_world_size=ranks, dp_rank=rank, tokenizer=tokenizer, seq_len=SEQ,
                         local_batch_size=local_batch)  # fmt: skip

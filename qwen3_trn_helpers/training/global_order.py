@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,8 @@ STATE_KEY = "global_order"
 STATE_VERSION = 1
 #: a path: each data-parallel rank r appends "index hash" per sample it yields to PATH.r
 SAMPLE_LOG_ENV = "QWEN3_TRN_SAMPLE_LOG"
+#: documents a cursor keeps encoded (rounds re-read the one they start in)
+RECENT_DOCUMENTS = 4
 #: the seed torchtitan reshuffles a map-style corpus with at each new epoch (+ epoch)
 RESHUFFLE_SEED = 42
 
@@ -80,6 +83,9 @@ class DocumentCursor:
         self.data, self.encode, self.infinite, self.lengths = data, encode, infinite, lengths
         self.epoch, self.index = 0, 0
         self._order: np.ndarray | None = None
+        # the last documents encoded: each round goes back to the document its first
+        # sample starts in, which is usually one just read (a long one spans many rounds)
+        self._recent: OrderedDict[int, list[int]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self.data)
@@ -106,7 +112,11 @@ class DocumentCursor:
         self.index += 1
         if not tokens and self.lengths is not None:
             return int(self.lengths[row]), None
-        ids = self.encode(self.data[row])
+        ids = self._recent.get(row)
+        if ids is None:
+            ids = self._recent[row] = self.encode(self.data[row])
+            if len(self._recent) > RECENT_DOCUMENTS:
+                self._recent.popitem(last=False)
         return len(ids), ids
 
 
@@ -342,13 +352,16 @@ def document_cursor(
     dataset: str, dataset_path: str | None, tokenizer: BaseTokenizer, infinite: bool
 ) -> DocumentCursor:
     """A cursor over a registry dataset of ours, encoding rows as torchtitan does."""
-    from torchtitan.hf_datasets.text_datasets import _validate_dataset
+    from torchtitan.hf_datasets.text_datasets import DATASETS
 
+    from ..corpus import register_datasets
     from ..prepared import DATASET_NAME
     from .prepared_loader import StoredTokenIds, token_counts
 
-    path, load, sample_processor = _validate_dataset(dataset.lower(), dataset_path)
-    data = load(path)
+    register_datasets()  # (a Config built without corpus.dataset_args)
+    entry = DATASETS[dataset]  # (what torchtitan's dataset looks up, as it does)
+    sample_processor = entry.sample_processor
+    data = entry.loader(dataset_path or entry.path)
     encoder = StoredTokenIds(tokenizer) if dataset == DATASET_NAME else tokenizer
     lengths = token_counts(data) if dataset == DATASET_NAME else None
 
