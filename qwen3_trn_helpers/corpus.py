@@ -237,7 +237,7 @@ def register_datasets() -> None:
         "qwen3_trn_text",
         DatasetConfig(path="", loader=_load_documents, sample_processor=lambda s: s["text"]),
     )
-    # a prepared folder: its rows are token ids (training/prepared_loader.py reads them)
+    # a prepared folder: its rows are token ids (training/global_order.py reads them)
     DATASETS.setdefault(
         DATASET_NAME,
         DatasetConfig(path="", loader=load_prepared, sample_processor=lambda s: s["tokens"]),

@@ -15,10 +15,10 @@ A prepared folder::
 
 Each row is exactly what torchtitan's ``HuggingFaceTextDataset`` gets from
 ``tokenizer.encode(text, add_bos=True, add_eos=True)`` for that document, and the rows
-keep the source's document order. So a run on the folder packs, shards across
-data-parallel ranks and checkpoints its position with torchtitan's own dataset code, on
-the same tokens as a run on the source: the folder is one more entry in torchtitan's
-dataset registry (corpus.py), read through ``training/prepared_loader.py``.
+keep the source's document order. So a run on the folder packs, deals samples to
+data-parallel ranks and checkpoints its position as a run on the source does, on the
+same tokens: the folder is one more entry in torchtitan's dataset registry (corpus.py),
+read by ``training/global_order.py`` through ``training/prepared_loader.py``.
 
 The manifest records each shard's size and sha256, the document and token counts, and
 the tokenizer's identity (tokenizer.json's sha256 and the BOS/EOS ids torchtitan
@@ -169,8 +169,8 @@ def check_prepared(
 
 def load_prepared(path: str):
     """The registry loader: the shards as one memory-mapped ``datasets.Dataset``, in
-    document order (map-style, so torchtitan splits it by data-parallel rank exactly
-    as it splits a local text corpus)."""
+    document order (map-style, like a local text corpus, so the dataloader reads any
+    document, and its token count, by index)."""
     from datasets import Dataset, concatenate_datasets
 
     manifest = check_prepared(path)  # sizes: cheap enough for every rank

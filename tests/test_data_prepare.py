@@ -68,10 +68,9 @@ def test_prepared_folder_gives_the_same_batches_as_its_source(prepared, source, 
     data-parallel ranks gets the same first batches (inputs, positions, labels) from the
     prepared folder as from the JSONL it was made from."""
     from torchtitan.components.tokenizer import HuggingFaceTokenizer
-    from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
 
+    from qwen3_trn_helpers.training.global_order import GlobalOrderDataLoader
     from qwen3_trn_helpers.training.plan import plan_run
-    from qwen3_trn_helpers.training.prepared_loader import PreparedTextDataLoader
     from qwen3_trn_helpers.training.spec import RunSpec
     from qwen3_trn_helpers.training.trainer import trainer_config
 
@@ -80,8 +79,7 @@ def test_prepared_folder_gives_the_same_batches_as_its_source(prepared, source, 
         plan = plan_run(RunSpec(corpus=str(corpus), device="cpu"))
         assert not plan.corpus_streams  # no network on either
         configs[name] = trainer_config(plan, "unused").dataloader
-    assert type(configs["text"]) is HuggingFaceTextDataLoader.Config
-    assert type(configs["prepared"]) is PreparedTextDataLoader.Config
+    assert type(configs["text"]) is type(configs["prepared"]) is GlobalOrderDataLoader.Config
     assert configs["prepared"].dataset == "qwen3_trn_tokens"
     tokenizer = HuggingFaceTokenizer(tokenizer_path=str(tokenizer_dir))
     firsts = []

@@ -302,7 +302,8 @@ def test_a_node_that_never_joins_is_named(tmp_path):
 @pytest.mark.slow
 @pytest.mark.long
 def test_resume_on_another_rank_count(tmp_path):
-    """Saved by 2 ranks, resumed by 1 (a node lost): model and optimizer reshard."""
+    """Saved by 2 ranks, resumed by 1 (a node lost): model and optimizer reshard, and
+    the data goes on (tests/test_global_order.py compares the samples)."""
     out = str(tmp_path / "run")
     saves = ("--checkpoint-interval", "2", "--out", out)
     first = subprocess.run(
@@ -315,8 +316,7 @@ def test_resume_on_another_rank_count(tmp_path):
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
-    notes = [ln for ln in resumed.stderr.splitlines() if ln.startswith("note: the checkpoint")]
-    assert len(notes) == 1 and "2 data-parallel ranks and this run has 1" in notes[0]
+    assert "the data order restarts" not in resumed.stderr
     assert [r["step"] for r in read_metrics(Path(out) / "metrics.jsonl")] == [1, 2, 3, 4]
     assert json.loads((Path(out) / "run.json").read_text())["status"] == "completed"
 

@@ -25,7 +25,6 @@ EXPORTS = {
     "kernel_holds_no_neuroncore": "..runs.child",
     "loss_figure": "plots",
     "lr_schedule": "torchtitan_view",
-    "matched_corpora": "scaling",
     "measure_init": "init_loss",
     "memory_figure": "scaling",
     "mesh_figure": "scaling",

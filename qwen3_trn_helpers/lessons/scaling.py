@@ -75,46 +75,6 @@ def torchtitan_command(config: str, nproc: int = 64, *overrides: str) -> str:
     return _LNC + shell_command(cmd)
 
 
-def matched_corpora(folder, samples: int, seq_len: int = 256, tokenizer_dir=None):
-    """Two orderings of the same documents, so 1 rank and 2 ranks see the same batches.
-
-    torchtitan's dataloader gives rank r of R the r-th contiguous share of the
-    documents, and packs each rank's documents into samples of ``seq_len`` tokens. With
-    documents of exactly one sample each, 2 ranks at local batch 1 see (d0, d_n),
-    (d1, d_n+1), ... at their steps; one rank at local batch 2 sees the same pairs if its
-    corpus interleaves the two halves. Returns (interleaved for 1 rank, split for 2).
-    Documents are cut from the embedded corpus at token boundaries that survive a
-    decode/encode round trip.
-    """
-    import json
-    from pathlib import Path
-
-    from ..assets import ensure_tokenizer, load_tokenizer
-    from ..corpus import embedded_corpus_path, read_documents
-
-    tok = load_tokenizer(tokenizer_dir or ensure_tokenizer())
-    docs: list[str] = []
-    for text in read_documents(embedded_corpus_path()):
-        ids = tok.encode(text).ids
-        for start in range(0, len(ids) - seq_len, seq_len):
-            piece = tok.decode(ids[start : start + seq_len])
-            if len(tok.encode(piece).ids) == seq_len:  # + <|im_end|> = seq_len + 1 tokens
-                docs.append(piece)
-            if len(docs) == 2 * samples:
-                break
-        if len(docs) == 2 * samples:
-            break
-    first, second = docs[:samples], docs[samples:]
-    interleaved = [d for pair in zip(first, second, strict=True) for d in pair]
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, order in (("one-rank.jsonl", interleaved), ("two-ranks.jsonl", first + second)):
-        (folder / name).write_text("".join(json.dumps({"text": d}) + "\n" for d in order))
-        paths.append(folder / name)
-    return tuple(paths)
-
-
 def mesh_figure(plan: Plan, topology: Topology = TRN2):
     """The plan's device mesh: one cell per rank, FSDP groups as rows, TP groups as
     columns, coloured by the Trainium2 chip each rank's logical core sits on."""

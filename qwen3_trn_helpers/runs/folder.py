@@ -101,7 +101,7 @@ class Settled:
 
     resumed_from: int = 0  # the checkpoint step a resumed run continues from (0: fresh)
     finished: bool = False  # --resume auto over a run whose checkpoint holds every step
-    reshard: bool = False  # resumed on another data-parallel size: the data restarts
+    reshard: bool = False  # the checkpoint's data position cannot load: the data restarts
 
 
 def settle_run_folder(
@@ -123,7 +123,7 @@ def settle_run_folder(
     (:func:`prepare_out_dir`).
 
     ``share``: (rank, world) in a rank, which hashes its part of the shards and learns
-    whether the checkpoint had another data-parallel size (``reshard``); None in the
+    whether the checkpoint's data position cannot load here (``reshard``); None in the
     launcher of one node, which checks before its ranks start and drops the metrics
     lines they will train again. ``decides=False``: one node's launcher of several,
     whose folder the job's rank 0 settles once (every node may be given the same folder
@@ -156,11 +156,10 @@ def settle_run_folder(
         # that the launcher never reports the steps to be trained again
         keep_steps_before(out / "metrics.jsonl", step + 1)
         return Settled(step)
-    from ..training.checkpoint import resumes_at_other_world
+    from ..training.global_order import data_position_kept
 
-    data_ranks = plan.world_size // plan.tp  # torchtitan's dp degree
-    reshard = resumes_at_other_world(out / "checkpoint", step, data_ranks, echo=share[0] == 0)
-    return Settled(step, reshard=reshard)
+    kept = data_position_kept(out / "checkpoint" / f"step-{step}", plan, echo=share[0] == 0)
+    return Settled(step, reshard=not kept)
 
 
 def new_out_dir(out: str | Path | None) -> Path:

@@ -11,7 +11,6 @@ caught before anything is built (:func:`check_checkpoint`), from DCP's own metad
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,42 +211,3 @@ def check_checkpoint(step_dir: Path, share: tuple[int, int] | None = (0, 1)) -> 
                 f"checkpoint {step_dir} is damaged: {name} {what}; delete {step_dir} to "
                 "resume from an earlier checkpoint, or start a new run (--overwrite)"
             )
-
-
-def checkpoint_data_ranks(step_dir: Path) -> int | None:
-    """How many data-parallel ranks wrote a checkpoint's dataloader state (None: unknown).
-
-    Read from the checkpoint's own DCP metadata, the same on every rank, so every
-    rank of a resumed run takes the same decision.
-    """
-    from torch.distributed.checkpoint import FileSystemReader
-
-    try:
-        keys = FileSystemReader(str(step_dir)).read_metadata().state_dict_metadata
-    except Exception:  # not a DCP checkpoint (an HF export): nothing to compare
-        return None
-    ranks = [k for k in keys if k.startswith("dataloader.dp_rank_")]
-    return len(ranks) or None
-
-
-def resumes_at_other_world(folder: Path, step: int, data_ranks: int, *, echo: bool) -> bool:
-    """Whether the checkpoint of ``step`` in ``folder`` (a run's ``checkpoint``) had
-    another data-parallel size (nodes lost or added, another --nproc).
-
-    Model and optimizer state reshard on load (torch's distributed checkpoint); the
-    data position cannot in torchtitan 0.3.0 (it asserts the size is unchanged), so
-    the resumed run says so once and starts its data from the beginning.
-    """
-    saved = checkpoint_data_ranks(folder / f"step-{step}")
-    if saved is None or saved == data_ranks:
-        return False
-    if echo:
-        print(
-            f"note: the checkpoint at step {step} was written by {saved} data-parallel "
-            f"ranks and this run has {data_ranks}: model and optimizer state are "
-            "resharded, the data order restarts (torchtitan 0.3.0 cannot reshard its "
-            "dataloader state)",
-            file=sys.stderr,
-            flush=True,
-        )
-    return True

@@ -1,21 +1,20 @@
-"""The dataloader for a prepared (pre-tokenized) corpus: torchtitan's own text loader,
-fed token ids instead of text.
+"""Reading a prepared (pre-tokenized) corpus: torchtitan's encoding, already done.
 
 torchtitan's ``HuggingFaceTextDataset`` calls ``tokenizer.encode(text, add_bos=True,
-add_eos=True)`` on what the registry's sample processor returns, then packs, shards by
-data-parallel rank and checkpoints its position. A prepared folder's sample processor
-returns the ids ``data prepare`` stored (made by that very call), so the loader hands
-the dataset a tokenizer whose ``encode`` returns them unchanged; everything else is
-torchtitan's, and the batches are those of a run on the source text.
+add_eos=True)`` on what the registry's sample processor returns. A prepared folder's
+sample processor returns the ids ``data prepare`` stored (made by that very call), so
+the dataloader (training/global_order.py) reads it through a tokenizer whose
+``encode`` returns them unchanged, and the batches are those of a run on the source
+text. Its token counts come from the Arrow offsets, without reading a token, so a rank
+passes over other ranks' documents for free.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from torchtitan.components.tokenizer import BaseTokenizer
-from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
 
 
 class StoredTokenIds:
@@ -32,12 +31,12 @@ class StoredTokenIds:
         return getattr(self._tokenizer, name)
 
 
-class PreparedTextDataLoader(HuggingFaceTextDataLoader):
-    """``HuggingFaceTextDataLoader`` over a prepared folder (dataset ``qwen3_trn_tokens``)."""
+def token_counts(data: Any) -> np.ndarray:
+    """Each row's token count of a prepared ``datasets.Dataset`` (column ``tokens``),
+    from the list offsets of its memory-mapped Arrow table: no token is read."""
+    import pyarrow.compute as pc
 
-    @dataclass(kw_only=True, slots=True)
-    class Config(HuggingFaceTextDataLoader.Config):
-        pass
-
-    def __init__(self, config: Config, *, tokenizer: BaseTokenizer, **kwargs: Any) -> None:
-        super().__init__(config, tokenizer=StoredTokenIds(tokenizer), **kwargs)
+    if getattr(data, "_indices", None) is not None:  # (a selection: count what it holds)
+        return np.array([len(row) for row in data["tokens"]], dtype=np.int64)
+    column = data.data.column("tokens")
+    return pc.list_value_length(column).to_numpy(zero_copy_only=False).astype(np.int64)

@@ -339,20 +339,20 @@ def trainer_config(
 
     ``comm_mode="fake_backend"`` is torchtitan's dry-run mode (runs/dry_run.py);
     ``metrics_file=""`` writes no metrics.jsonl. ``skip_dataloader_state`` resumes
-    without the checkpoint's data position: torchtitan 0.3.0 reshards model and
-    optimizer state to another world size but not the dataloader's (it asserts the
-    data-parallel size is unchanged), so a resume on other ranks restarts the data.
+    without the checkpoint's data position, where it cannot load
+    (``global_order.data_position_kept``: torchtitan's per-rank state of a streamed
+    corpus at another data-parallel size); our corpora's one global position loads
+    at any world size.
     """
     from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw
     from torchtitan.config import CommConfig, DebugConfig, ParallelismConfig, TrainingConfig
     from torchtitan.config.override import OverrideConfig
-    from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
 
     from ..assets import ensure_tokenizer
     from ..corpus import dataset_args
-    from ..prepared import DATASET_NAME as PREPARED_DATASET
     from .checkpoint import Qwen3TrnCheckpointManager
     from .compile import compile_config
+    from .global_order import loader_for
     from .metrics import Qwen3TrnMetrics
 
     init_dir = init_dir or plan.init.folder
@@ -371,9 +371,7 @@ def trainer_config(
     compile_ = compile_config(spec.compile, plan.device_type)
     backend = trainer.backend_fields(plan, init_dir)
     dataset, dataset_path = dataset_args(plan.corpus, streams=plan.corpus_streams)
-    loader = HuggingFaceTextDataLoader
-    if dataset == PREPARED_DATASET:  # token ids, not text
-        from .prepared_loader import PreparedTextDataLoader as loader
+    loader = loader_for(dataset)  # our corpora: one sample order at any world size
     saves = bool(spec.checkpoint_interval or spec.export_hf)
     kwargs: dict[str, Any] = dict(
         model_spec=variant.model_spec(plan.shape, plan.flavor, plan.attention),
