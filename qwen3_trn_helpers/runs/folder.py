@@ -17,7 +17,7 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,6 +161,54 @@ def settle_run_folder(
     data_ranks = plan.world_size // plan.tp  # torchtitan's dp degree
     reshard = resumes_at_other_world(out / "checkpoint", step, data_ranks, echo=share[0] == 0)
     return Settled(step, reshard=reshard)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run folder taken by this process for one run: where it is, where training starts."""
+
+    out: Path
+    settled: Settled
+
+
+@contextmanager
+def claim(plan: Plan, *, launcher: bool = False) -> Iterator[Claim]:
+    """Take the run folder for the life of the ``with``: name it, hold it, settle it.
+
+    The one place that decides who owns a run's folder, for every way of running:
+
+    - a rank (``launcher=False``): a run in this process, or one of the ranks torchrun
+      started. Rank 0 names the folder (``out``, or a new ``runs/<date-time>``). It holds
+      the folder when it runs alone, and on several nodes (which may share one folder:
+      the job's rank 0 holds it); on one node the launching parent holds it and each
+      launched rank holds it shared while alive (runs/lifeline.py ``bind_rank``), then
+      every rank settles it: each hashes its share of a resumed checkpoint's shards and
+      rank 0 clears a fresh one (:func:`settle_run_folder`);
+    - the launcher of one node's ranks (``launcher=True``, runs/torchrun.py): on one node
+      it holds the folder for the run's life and settles it before any rank starts
+      (checked, cleared, the metrics lines to train again dropped); on several nodes it
+      only makes it, and the job's rank 0 settles it, once.
+    """
+    spec = plan.spec
+    single_node = plan.nnodes == 1
+    if launcher:
+        out = new_out_dir(spec.out)
+        with own_run_folder(out) if single_node else nullcontext():
+            settled = settle_run_folder(out, plan, writer=True, share=None, decides=single_node)
+            yield Claim(out, settled)
+        return
+    from ..training.ranks import launched_by_torchrun, rank, world_size
+
+    rank0, launched = rank() == 0, launched_by_torchrun()
+    owner = rank0 and (not launched or not single_node)
+    out = new_out_dir(spec.out) if rank0 else Path(spec.out or "runs/_nonzero_rank")
+    if launched:  # stop with the launching command; hold a one-node folder while alive
+        from .lifeline import bind_rank
+
+        bind_rank(out, hold_folder=single_node and spec.out is not None)
+    with own_run_folder(out) if owner else nullcontext():
+        settled = settle_run_folder(out, plan, writer=rank0, share=(rank(), world_size()))
+        yield Claim(out, settled)
 
 
 def new_out_dir(out: str | Path | None) -> Path:
