@@ -173,21 +173,16 @@ class Claim:
 
 @contextmanager
 def claim(plan: Plan, *, launcher: bool = False) -> Iterator[Claim]:
-    """Take the run folder for the life of the ``with``: name it, hold it, settle it.
+    """Take the run folder for the life of the ``with``: name it, hold it, settle it; the
+    one rule for who owns a run's folder, for every way of running.
 
-    The one place that decides who owns a run's folder, for every way of running:
-
-    - a rank (``launcher=False``): a run in this process, or one of the ranks torchrun
-      started. Rank 0 names the folder (``out``, or a new ``runs/<date-time>``). It holds
-      the folder when it runs alone, and on several nodes (which may share one folder:
-      the job's rank 0 holds it); on one node the launching parent holds it and each
-      launched rank holds it shared while alive (runs/lifeline.py ``bind_rank``), then
-      every rank settles it: each hashes its share of a resumed checkpoint's shards and
-      rank 0 clears a fresh one (:func:`settle_run_folder`);
-    - the launcher of one node's ranks (``launcher=True``, runs/torchrun.py): on one node
-      it holds the folder for the run's life and settles it before any rank starts
-      (checked, cleared, the metrics lines to train again dropped); on several nodes it
-      only makes it, and the job's rank 0 settles it, once.
+    A rank (``launcher=False``: a run in this process, or a rank torchrun started): rank
+    0 names the folder; it holds it when alone or on several nodes (which may share one
+    folder); on one node the launching parent holds it and each rank holds it shared
+    while alive (runs/lifeline.py). Each rank hashes its share of a resumed checkpoint;
+    rank 0 clears a fresh one. The launcher of one node's ranks (``launcher=True``,
+    runs/torchrun.py): on one node it holds the folder for the run's life and settles it
+    before any rank starts; on several it only makes it, for the job's rank 0 to settle.
     """
     spec = plan.spec
     single_node = plan.nnodes == 1

@@ -81,23 +81,11 @@ def _rungs(full_size: bool) -> list[Rung]:
     ]  # fmt: skip
     if full_size:
         rungs.append(
-            Rung(
-                "4b_native_64ranks",
-                "Qwen3-4B layout, 2 steps on 64 ranks",
-                3600,
-                "the first step compiles for minutes; watch memory with neuron-top",
-                train=(
-                    "--variant",
-                    "native",
-                    "--preset",
-                    "4b",
-                    "--nproc",
-                    "64",
-                    "--steps",
-                    "2",
-                ),
-            )  # fmt: skip
-        )
+            Rung("4b_native_64ranks", "Qwen3-4B layout, 2 steps on 64 ranks", 3600,
+                 "the first step compiles for minutes; watch memory with neuron-top",
+                 train=("--variant", "native", "--preset", "4b", "--nproc", "64",
+                        "--steps", "2"))
+        )  # fmt: skip
     return rungs
 
 
