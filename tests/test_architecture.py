@@ -40,7 +40,7 @@ def modules() -> dict[str, ast.Module]:
 def imports_of(name: str, tree: ast.Module, known: set[str]) -> set[str]:
     """Package modules ``name`` imports, at the top or inside functions."""
     package = name if name in ("qwen3_trn_helpers",) else name.rsplit(".", 1)[0]
-    if name.endswith(("training", "model", "lessons", "runs")) and name.count(".") == 1:
+    if name.endswith(("training", "model", "lessons", "runs", "smoke")) and name.count(".") == 1:
         package = name
     out = set()
     for node in ast.walk(tree):

@@ -179,9 +179,9 @@ while int(store.get("done")) < 2:  # (rank 0 may host the store: it leaves last)
 @pytest.mark.parametrize("fresh", [False, True], ids=["torchrun-default", "our-launch"])
 def test_restarted_ranks_get_a_fresh_store(tmp_path, fresh):
     """Still needed while torchrun's default hands a restarted round the store of the
-    round before (runs/torchrun.py FRESH_STORE_EACH_ROUND): restarted gloo ranks then read
+    round before (runs/launch.py FRESH_STORE_EACH_ROUND): restarted gloo ranks then read
     dead ranks' addresses. If the default check fails, torch fixed it: drop the setting."""
-    from qwen3_trn_helpers.runs.torchrun import FRESH_STORE_EACH_ROUND
+    from qwen3_trn_helpers.runs.launch import FRESH_STORE_EACH_ROUND
 
     worker = tmp_path / "worker.py"
     worker.write_text(_ROUND_WORKER)

@@ -12,7 +12,7 @@ import pytest
 from qwen3_trn_helpers import run
 from qwen3_trn_helpers.errors import ConfigError, Terminated
 from qwen3_trn_helpers.runs.folder import latest_checkpoint_step
-from qwen3_trn_helpers.runs.torchrun import torchrun_command
+from qwen3_trn_helpers.runs.launch import torchrun_command
 from qwen3_trn_helpers.training.plan import plan_run
 from qwen3_trn_helpers.training.spec import RunSpec
 

@@ -322,16 +322,16 @@ GIB = 2**30
 def _ladder_with_a_64_rank_job(tmp_path, monkeypatch, job) -> dict:
     """run_ladder's 64-rank rung on a trn2 whose sysfs is the double's tree; the rung's
     training is ``job`` (what it does to the counters), its run folder a pass."""
-    monkeypatch.setattr(smoke, "SYSFS_ROOT", tmp_path / "sys", raising=False)
-    monkeypatch.setattr(smoke, "_device_type", lambda: "neuron")
-    monkeypatch.setattr(smoke, "_hub_online", lambda: False)
-    monkeypatch.setattr(smoke, "_checkpoint_cached", lambda repo: False)
+    monkeypatch.setattr(smoke.device_memory, "SYSFS_ROOT", tmp_path / "sys")
+    monkeypatch.setattr(smoke.ladder, "_device_type", lambda: "neuron")
+    monkeypatch.setattr(smoke.ladder, "_hub_online", lambda: False)
+    monkeypatch.setattr(smoke.ladder, "_checkpoint_cached", lambda repo: False)
 
     def climb(rung, out, on_neuron, online=False, across=None):
         job(tmp_path / "sys")
         rung.status, rung.reason, rung.memory = "pass", "2 steps", {"estimated_gib": {}}
 
-    monkeypatch.setattr(smoke, "_climb", climb)
+    monkeypatch.setattr(smoke.ladder, "_climb", climb)
     smoke.run_ladder(tmp_path / "out", only=["4b_native_64ranks"], echo=False)
     rungs = json.loads((tmp_path / "out" / "smoke.json").read_text())["rungs"]
     return rungs[0]["memory"]["device"]
@@ -360,14 +360,14 @@ def test_device_memory_peaks_are_this_rungs_per_logical_core(tmp_path, monkeypat
 def test_device_memory_without_resetting_gives_totals_before_and_after(tmp_path, monkeypatch):
     """Counters root owns: not reset, so the totals held before and after stand beside
     the peaks, with the reason. (This machine runs tests as root, so the refused write
-    is the one thing stubbed: smoke._reset_peak.)"""
+    is the one thing stubbed: smoke.device_memory._reset_peak.)"""
     root = sysfs.build(tmp_path / "sys", chips=1)
     sysfs.use(root, 0, 0, "tensors", GIB)  # held before the rung
 
     def refused(path):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(smoke, "_reset_peak", refused, raising=False)
+    monkeypatch.setattr(smoke.device_memory, "_reset_peak", refused)
     device = _ladder_with_a_64_rank_job(
         tmp_path, monkeypatch, lambda root: sysfs.use(root, 0, 4, "tensors", 3 * GIB)
     )

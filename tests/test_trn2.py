@@ -1,7 +1,7 @@
 """Every trn2 decision, resolved for device "neuron" on this CPU (nothing computes there).
 
 Where a check needs Trainium itself, the smoke ladder's rung that covers it is named in
-the module it concerns (qwen3_trn_helpers/smoke.py).
+the module it concerns (qwen3_trn_helpers/smoke/).
 """
 
 import dataclasses
@@ -209,7 +209,7 @@ def test_launch_commands_for_trn2():
     torchrun = trn2_torchrun_command("nki_moe")
     assert "python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=64" in torchrun
     assert "--nproc " not in torchrun  # torchrun would take it for its --nproc-per-node
-    from qwen3_trn_helpers.runs.torchrun import FRESH_STORE_EACH_ROUND, rank_environment
+    from qwen3_trn_helpers.runs.launch import FRESH_STORE_EACH_ROUND, rank_environment
 
     env = rank_environment(plan_run(RunSpec(nproc=64, out="x"), device_type="neuron"))
     assert env["NEURON_LOGICAL_NC_CONFIG"] in ("1", "2")
@@ -217,7 +217,7 @@ def test_launch_commands_for_trn2():
     # it builds the process group; setting it here would break torchtitan's device index
     added = set(env) - set(os.environ)
     # (and the compiled-graph cache, one folder for every launch: training/compile.py;
-    # torchrun's store a fresh one each restart round: runs/torchrun.py; the NEFF cache
+    # torchrun's store a fresh one each restart round: runs/launch.py; the NEFF cache
     # lock's timeout: training/compile.py)
     neuron = {"NEURON_LOGICAL_NC_CONFIG", "TORCH_NEURONX_NEFF_CACHE_DIR",
               "TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT"}  # fmt: skip
@@ -227,7 +227,7 @@ def test_launch_commands_for_trn2():
 
 def test_ranks_never_inherit_visible_cores(monkeypatch, capsys):
     """torch-neuronx sets NEURON_RT_VISIBLE_CORES = LOCAL_RANK only when it is unset."""
-    from qwen3_trn_helpers.runs.torchrun import rank_environment
+    from qwen3_trn_helpers.runs.launch import rank_environment
 
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0-63")
     env = rank_environment(plan_run(RunSpec(nproc=64, out="x"), device_type="neuron"))

@@ -132,13 +132,16 @@ def fork_command(
     tokenizer_dir: str,
     init_dir: str | None,
 ) -> list[str]:
-    """torchrun over ``-m torchtitan.train`` with the fork's module and configuration."""
-    cmd = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "-m", "torchtitan.train", "--module", FORK_MODULE, "--config", config,
-           "--training.steps", str(steps), "--training.local-batch-size", "1",
-           "--training.seq-len", str(seq_len), "--metrics.log-freq", "1",
-           "--dump-folder", str(out), "--hf-assets-path", tokenizer_dir,
-           "--dataloader.dataset", dataset]  # fmt: skip
+    """torchrun over ``-m torchtitan.train`` with the fork's module and configuration
+    (runs/launch.py builds the torchrun part, as for our own runs)."""
+    from ..runs.launch import torchrun
+
+    fork = ["-m", "torchtitan.train", "--module", FORK_MODULE, "--config", config,
+            "--training.steps", str(steps), "--training.local-batch-size", "1",
+            "--training.seq-len", str(seq_len), "--metrics.log-freq", "1",
+            "--dump-folder", str(out), "--hf-assets-path", tokenizer_dir,
+            "--dataloader.dataset", dataset]  # fmt: skip
+    cmd = torchrun(fork, nproc=nproc, python=python)
     if dataset_path:
         cmd += ["--dataloader.dataset-path", dataset_path]
     if init_dir:
@@ -186,7 +189,7 @@ def reproduce_on_fork(spec, *, python: str | None = None) -> dict:
     """
     from ..corpus import dataset_args
     from ..device import resolve_device
-    from ..runs.neuron_cores import neuron_rank_environment
+    from ..runs.launch import child_environment
     from ..runs.weights import init_folder
     from ..training.plan import plan_run
     from .reproduction import AWS_STEP1, INITS, reproduction_specs
@@ -202,9 +205,8 @@ def reproduce_on_fork(spec, *, python: str | None = None) -> dict:
     out = Path(specs["random"].out).parent
     preset_name = specs["random"].preset
     config = choose_config(fork_configs(python), size=preset_name.split("-")[0])
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    if device_type == "neuron":
-        env = neuron_rank_environment(env)
+    # one thread per rank unless set
+    env = child_environment(neuron=device_type == "neuron", threads=1)
     runs = {}
     for init in INITS:
         plan = plan_run(specs[init].replace(out=None, overwrite=False))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..model.presets import PRESETS
 from ..model.shapes import Qwen3Shape
 from ..model.variants import VARIANTS
-from ..runs.torchrun import shell_command, torchrun_command
+from ..runs.launch import shell_command, torchrun_command
 from ..training.plan import Plan, plan_run
 from ..training.spec import RunSpec
 from ..trn2 import DEFAULT_LNC, TRN2, Topology

@@ -123,8 +123,8 @@ def torchtitan_entry_point(
     seconds).
     """
     from ..runs.child import run_child
+    from ..runs.launch import shell_command
     from ..runs.neuron_cores import one_process_share_environment
-    from ..runs.torchrun import shell_command
     from ..training.metrics_file import read_metrics
 
     out = Path(out)

@@ -17,7 +17,7 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,6 +160,49 @@ def settle_run_folder(
 
     kept = data_position_kept(out / "checkpoint" / f"step-{step}", plan, echo=share[0] == 0)
     return Settled(step, reshard=not kept)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run folder taken by this process for one run: where it is, where training starts."""
+
+    out: Path
+    settled: Settled
+
+
+@contextmanager
+def claim(plan: Plan, *, launcher: bool = False) -> Iterator[Claim]:
+    """Take the run folder for the life of the ``with``: name it, hold it, settle it; the
+    one rule for who owns a run's folder, for every way of running.
+
+    A rank (``launcher=False``: a run in this process, or a rank torchrun started): rank
+    0 names the folder; it holds it when alone or on several nodes (which may share one
+    folder); on one node the launching parent holds it and each rank holds it shared
+    while alive (runs/lifeline.py). Each rank hashes its share of a resumed checkpoint;
+    rank 0 clears a fresh one. The launcher of one node's ranks (``launcher=True``,
+    runs/torchrun.py): on one node it holds the folder for the run's life and settles it
+    before any rank starts; on several it only makes it, for the job's rank 0 to settle.
+    """
+    spec = plan.spec
+    single_node = plan.nnodes == 1
+    if launcher:
+        out = new_out_dir(spec.out)
+        with own_run_folder(out) if single_node else nullcontext():
+            settled = settle_run_folder(out, plan, writer=True, share=None, decides=single_node)
+            yield Claim(out, settled)
+        return
+    from ..training.ranks import launched_by_torchrun, rank, world_size
+
+    rank0, launched = rank() == 0, launched_by_torchrun()
+    owner = rank0 and (not launched or not single_node)
+    out = new_out_dir(spec.out) if rank0 else Path(spec.out or "runs/_nonzero_rank")
+    if launched:  # stop with the launching command; hold a one-node folder while alive
+        from .lifeline import bind_rank
+
+        bind_rank(out, hold_folder=single_node and spec.out is not None)
+    with own_run_folder(out) if owner else nullcontext():
+        settled = settle_run_folder(out, plan, writer=rank0, share=(rank(), world_size()))
+        yield Claim(out, settled)
 
 
 def new_out_dir(out: str | Path | None) -> Path:

@@ -1,7 +1,7 @@
 """``run_here(plan)``: one run in this process, from its folder to its last metrics line.
 
 What ``run()`` does for one CPU/GPU rank, and what every rank torchrun starts does. It
-settles the run folder (runs/folder.py), writes ``run.json``, trains in
+claims the run folder (runs/folder.py ``claim``), writes ``run.json``, trains in
 a :func:`~..training.trainer.trainer_session`, shows progress, and records how the run
 ended. Training itself (data, optimiser, LR schedule, checkpoints, metrics) is
 torchtitan's.
@@ -18,8 +18,8 @@ from typing import Any
 from ..errors import RunFolderError, Terminated, stop_signal
 from ..training.metrics_file import read_metrics
 from ..training.plan import Plan
-from ..training.ranks import launched_by_torchrun, rank, world_size
-from .folder import RunResult, new_out_dir, own_run_folder, settle_run_folder, write_manifest
+from ..training.ranks import launched_by_torchrun, rank
+from .folder import Claim, RunResult, claim, write_manifest
 from .reporter import Reporter
 
 
@@ -34,38 +34,26 @@ def run_here(
     before the run folder is touched; Ctrl-C stops after writing what finished.
     ``init_dir``: the folder published weights were turned into (``init_folder``).
     """
-    spec = plan.spec
     reporter = reporter or Reporter()
     init_dir = init_dir or plan.init.folder
 
-    rank0 = rank() == 0
-    launched = launched_by_torchrun()
-    # who writes the folder holds it: here, or (one node) the launching parent, or (several
-    # nodes, one shared folder) the job's rank 0
-    owner = rank0 and (not launched or plan.nnodes > 1)
-    out = new_out_dir(spec.out) if rank0 else Path(spec.out or "runs/_nonzero_rank")
-    if launched:  # stop with the launching command; hold a one-node folder while alive
-        from .lifeline import bind_rank
-
-        bind_rank(out, hold_folder=plan.nnodes == 1 and spec.out is not None)
-    with own_run_folder(out) if owner else nullcontext():
-        reporter = reporter if rank0 else reporter.quiet()
-        return _train_in_folder(out, plan, reporter, launched, init_dir)
+    # the folder named, held and settled (runs/folder.py): rank 0 writes it
+    with claim(plan) as taken:
+        if taken.settled.finished:
+            return RunResult.from_folder(taken.out)  # a requeue or restart after the last step
+        reporter = reporter if rank() == 0 else reporter.quiet()
+        return _train_in_folder(taken, plan, reporter, launched_by_torchrun(), init_dir)
 
 
 def _train_in_folder(
-    out: Path, plan: Plan, reporter: Reporter, launched: bool, init_dir: Path | None
+    taken: Claim, plan: Plan, reporter: Reporter, launched: bool, init_dir: Path | None
 ) -> RunResult:
-    """:func:`run_here`, once the run folder is ours: resume or start, train, record."""
+    """:func:`run_here`, once the run folder is ours and settled: train, record."""
     from ..training.stopping import StopRequest
     from ..training.trainer import trainer_session
 
-    spec, rank0 = plan.spec, rank() == 0
-    # each rank hashes its share of a resumed checkpoint's shards; rank 0 clears a fresh one
-    settled = settle_run_folder(out, plan, writer=rank0, share=(rank(), world_size()))
-    if settled.finished:
-        return RunResult.from_folder(out)  # a requeue or restart after the last step
-    resumed_from, reshard = settled.resumed_from, settled.reshard
+    spec, rank0, out = plan.spec, rank() == 0, taken.out
+    resumed_from, reshard = taken.settled.resumed_from, taken.settled.reshard
     result = RunResult(out=out, spec=spec, plan=plan)
     desc = f"{plan.variant.name}/{Path(str(plan.init)).name}"
     step_done, close_bar = reporter.steps(spec.steps, desc, initial=resumed_from)

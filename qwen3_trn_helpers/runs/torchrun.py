@@ -16,12 +16,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import socket
 import subprocess
 import sys
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 from ..errors import PEER_LOST, ConfigError, TrainingError
@@ -29,94 +27,17 @@ from ..training.metrics_file import read_metrics
 from ..training.plan import Plan
 from ..training.spec import RESUME_AUTO, RunSpec
 from .child import run_child, stop_process_group
-from .folder import (
-    RunResult,
-    new_out_dir,
-    own_run_folder,
-    prepare_out_dir,
-    settle_run_folder,
-)
+from .folder import Claim, RunResult, claim, prepare_out_dir
+from .launch import rank_environment, shell_command, torchrun_command
 from .lifeline import launcher_environment, watched
-from .neuron_cores import neuron_rank_environment, with_class_slice
+from .neuron_cores import with_class_slice
 from .rendezvous import JoinWatch, check_endpoint_reachable_by_all, launch_entry
 from .reporter import Reporter
-
-#: what torchrun itself decides for each rank (how many ranks per node and nodes, where
-#: they meet): a rank's argv leaves them out and its plan reads them back from torchrun
-LAUNCH_FIELDS = ("nproc", "nnodes", "rdzv_endpoint", "rdzv_timeout", "max_restarts")
-
-
-def torchrun_command(plan: Plan, python: str | None = None, **rank_fields: str) -> list[str]:
-    """The exact command: torchrun (``python -m torch.distributed.run``) for this node.
-
-    One node: torchrun's ``--standalone``. Several: its c10d rendezvous at
-    ``rdzv_endpoint``, the same command on every node, which torchrun numbers as they
-    join. The rank counts are torchrun's: each rank's plan reads them back from
-    WORLD_SIZE and LOCAL_WORLD_SIZE, so the ranks' argv leaves them out
-    (:data:`LAUNCH_FIELDS`; passing ``--nproc`` on would not even parse: torchrun's
-    argparse takes it for an abbreviation of its own ``--nproc-per-node``).
-    ``rank_fields`` are flags the ranks get on top of the spec's own (the run folder
-    this launch settled, the published weights' folder).
-    """
-    spec = plan.spec
-    if plan.nnodes > 1:  # (run_with_torchrun refuses a job without its endpoint)
-        where = [
-            f"--nnodes={plan.nnodes}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={spec.rdzv_endpoint}",
-            f"--rdzv-conf=join_timeout={spec.rdzv_timeout}",
-        ]
-    else:
-        where = ["--standalone", "--nnodes=1"]
-    if spec.max_restarts:
-        where.append(f"--max-restarts={spec.max_restarts}")
-    argv = spec.to_argv(leave_out=LAUNCH_FIELDS + tuple(rank_fields))
-    for name, value in rank_fields.items():
-        argv += ["--" + name.replace("_", "-")] + ([] if value == "" else [value])
-    return [
-        python or sys.executable,
-        "-m",
-        "torch.distributed.run",
-        *where,
-        f"--nproc-per-node={plan.nproc}",
-        "-m",
-        "qwen3_trn_helpers",
-        "train",
-        "--no-progress",
-        *argv,
-    ]
-
 
 #: seconds a run that saves checkpoints gets, after SIGTERM, to finish its step and save
 #: (the scheduler's own grace, Slurm's KillWait or a pod's terminationGracePeriodSeconds,
 #: ends it earlier if shorter; torchrun gives its workers 30 s)
 STOP_GRACE_S = 120
-
-#: torchrun (torch 2.14's c10d rendezvous) keeps one TCPStore server for every restart round
-#: and its ranks use it unprefixed, so ranks a restart starts find the keys the process
-#: groups of the round before left there: a restarted gloo rank reads a dead rank's
-#: address and fails ("Gloo connectFullMesh ... Connection refused"), unless its peer
-#: happened to write its new one first. torch's own opt-out of that sharing makes rank 0
-#: start a new store, on a new port, each round (tests/test_multinode.py: still needed).
-FRESH_STORE_EACH_ROUND = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-
-shell_command = shlex.join  # the command as one line a shell runs as it is
-
-
-def rank_environment(plan: Plan, neuron_cores: str | None = None) -> dict[str, str]:
-    """The environment torchrun and every rank get: this one, a fresh store each
-    restart round (:data:`FRESH_STORE_EACH_ROUND`), plus what the device needs.
-
-    CPU ranks share the machine's cores: without a limit each would start a full
-    thread pool. On trn2, see :func:`neuron_rank_environment` (``neuron_cores``: the
-    slice the ranks confine themselves to).
-    """
-    env = {**os.environ, **FRESH_STORE_EACH_ROUND}  # (one node's restarts too)
-    if plan.device_type == "cpu":
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // plan.nproc)))
-    if plan.device_type == "neuron":
-        env = neuron_rank_environment(env, neuron_cores)
-    return env
 
 
 def run_with_torchrun(
@@ -142,25 +63,21 @@ def run_with_torchrun(
         check_endpoint_reachable_by_all(spec.rdzv_endpoint)
     # a student's share of a trn2 shared by a class: the cores the ranks confine to
     cores = with_class_slice(spec).neuron_cores if plan.device_type == "neuron" else None
-    out = new_out_dir(spec.out)
-    # One node: this process writes the folder and holds it for the run's life. Several
-    # nodes may share one folder: the job's rank 0 holds it (runs/here.py).
-    with nullcontext() if multinode else own_run_folder(out):
-        return _launch_in(out, plan, reporter, timeout, cores)
+    # the folder named, held on one node (several: the job's rank 0 holds it) and settled
+    # before any rank starts (runs/folder.py)
+    with claim(plan, launcher=True) as taken:
+        if taken.settled.finished:
+            return RunResult.from_folder(taken.out)  # a requeue or restart after the last step
+        return _launch_in(taken, plan, reporter, timeout, cores)
 
 
 def _launch_in(
-    out: Path, plan: Plan, reporter: Reporter, timeout: float | None, cores: str | None
+    taken: Claim, plan: Plan, reporter: Reporter, timeout: float | None, cores: str | None
 ) -> RunResult:
-    """:func:`run_with_torchrun`, once the run folder is settled."""
-    spec = plan.spec
+    """:func:`run_with_torchrun`, once the run folder is claimed and settled."""
+    spec, out = plan.spec, taken.out
     multinode = plan.nnodes > 1
-    # one node: checked (the ranks hash the shards) and cleared here, before any rank
-    # starts; several: the job's rank 0 settles the folder, once (runs/here.py)
-    settled = settle_run_folder(out, plan, writer=True, share=None, decides=not multinode)
-    if settled.finished:
-        return RunResult.from_folder(out)  # a requeue or restart after the last step
-    resumed_from = settled.resumed_from
+    resumed_from = taken.settled.resumed_from
     rank_fields: dict[str, str] = {}
     if not multinode and not resumed_from:
         rank_fields = {"out": str(out)}  # cleared here, held here
