@@ -15,6 +15,9 @@ LAYERS = [
         "trn2",
         "torchtitan_internals",
         "stack",
+        "tables",  # the notebooks' and the CLI's tables
+        "checksums",
+        "cpu_peak",  # this CPU's measured matmul peak (the planner's CPU machine, doctor)
         "device",
         "assets",
         "corpus",
@@ -24,7 +27,8 @@ LAYERS = [
     {"model"},
     {"training"},  # what torchtitan builds: spec, trainer, patches, metrics, memory
     {"runs"},  # how a run executes: here, through torchrun, children, its folder
-    {"lessons", "planner"},  # what the notebooks show; the layout planner (plan)
+    {"planner"},  # the layout planner (plan): below the lessons, which draw its answers
+    {"lessons"},  # what the notebooks show
     {"cli", "config_registry", "smoke", "wheelhouse", "__init__", "__main__"},
 ]
 

@@ -60,10 +60,10 @@ def test_memory_figure_bar_labels_do_not_overlap(memory_fig):
 
 def test_stack_figure_in_the_kit_is_what_the_code_draws(tmp_path):
     """notebooks/figures/stack.png is regenerated, not edited: it must match the code
-    (python -m qwen3_trn_helpers.lessons.stack notebooks/figures/stack.png)."""
+    (python -m qwen3_trn_helpers.lessons.stack_diagram notebooks/figures/stack.png)."""
     from matplotlib.testing.compare import compare_images
 
-    from qwen3_trn_helpers.lessons.stack import LAYERS, save_stack_figure
+    from qwen3_trn_helpers.lessons.stack_diagram import LAYERS, save_stack_figure
 
     fresh = save_stack_figure(tmp_path / "stack.png")
     committed = ROOT / "notebooks" / "figures" / "stack.png"

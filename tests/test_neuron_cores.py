@@ -180,9 +180,9 @@ def test_the_notebooks_other_children_see_only_the_shares_first_core(monkeypatch
 
 
 def test_doctor_names_the_share(monkeypatch, capsys):
-    from qwen3_trn_helpers.lessons import preflight
+    from qwen3_trn_helpers import cpu_peak
 
-    monkeypatch.setattr(preflight, "cpu_matmul_peak", lambda: 1e11)
+    monkeypatch.setattr(cpu_peak, "cpu_matmul_peak", lambda: 1e11)
     monkeypatch.setenv(neuron_cores.CLASS_SLICE_ENV, "8-15")
     assert cli.main(["doctor"]) == 0
     assert "your share of this trn2: NeuronCores 8-15" in capsys.readouterr().out

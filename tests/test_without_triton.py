@@ -121,11 +121,11 @@ print("RESULT", json.dumps(dict(losses=losses, stood_in=without_triton.stood_in(
 
 def test_doctor_and_preflight_say_what_an_absent_triton_means(monkeypatch, capsys):
     """What a Mac user reads in `qwen3-trn doctor` and notebook 00."""
-    from qwen3_trn_helpers import cli
+    from qwen3_trn_helpers import cli, cpu_peak
     from qwen3_trn_helpers.lessons import preflight
 
     monkeypatch.setattr(without_triton, "triton_importable", lambda: False)
-    monkeypatch.setattr(preflight, "cpu_matmul_peak", lambda: 1e11)
+    monkeypatch.setattr(cpu_peak, "cpu_matmul_peak", lambda: 1e11)
     assert cli.main(["doctor"]) == 0
     out = capsys.readouterr().out
     (row,) = [ln for ln in out.splitlines() if ln.split()[:2] == ["triton", "absent:"]]

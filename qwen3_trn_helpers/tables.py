@@ -1,4 +1,5 @@
-"""Small HTML tables for notebook cells (no pandas needed, escapes its input)."""
+"""Small tables for notebook cells, the CLI and the planner's reports (no pandas needed;
+HTML in Jupyter, aligned text elsewhere; escapes its input)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 One picture of who does what, from PyTorch's dispatcher up to the launcher: a box per
 layer, what it contributes, and the notebook that teaches it. Drawn with matplotlib, so
 the figure in the kit (``notebooks/figures/stack.png``) is regenerated from here
-(``python -m qwen3_trn_helpers.lessons.stack notebooks/figures/stack.png``) and a test
+(``python -m qwen3_trn_helpers.lessons.stack_diagram notebooks/figures/stack.png``) and a test
 checks that the committed file still matches.
 """
 
