@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SOLUTIONS = Path(__file__).resolve().parents[1] / "notebooks" / "solutions"
+SOLUTIONS = Path(__file__).resolve().parents[3] / "notebooks" / "solutions"
 LN_VOCAB = math.log(151936)
 
 

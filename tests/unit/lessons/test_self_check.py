@@ -12,7 +12,7 @@ import pytest
 from qwen3_trn_helpers.lessons.quiz import WIDGET_MIME, Question, SelfCheck
 from qwen3_trn_helpers.lessons.quiz_questions import QUESTIONS, self_check
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 

@@ -191,7 +191,7 @@ def test_s06_graph_break_found_and_removed(fresh_dynamo):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "notebooks/solutions/s06_graph_capture.py"
+    path = Path(__file__).resolve().parents[3] / "notebooks/solutions/s06_graph_capture.py"
     spec = importlib.util.spec_from_file_location("s06_graph_capture", path)
     s06 = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(s06)

@@ -20,7 +20,7 @@ import pytest
 from qwen3_trn_helpers.errors import ConfigError
 from qwen3_trn_helpers.lessons import aws_stack
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # recorded: torchtitan 0.3.0's step line (components/metrics.py), colours on
 LOG = (

@@ -25,7 +25,7 @@ from qwen3_trn_helpers.errors import ConfigError
 from qwen3_trn_helpers.runs.schedulers import slurm_script, trainjob_manifests
 from qwen3_trn_helpers.training.spec import RunSpec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _free_port() -> int:

@@ -30,7 +30,8 @@ def test_ladder_on_a_cpu(tmp_path):
         "registration": "skip",  # PrivateUse1 is not "neuron" here
         "collectives": "pass",  # 2 gloo ranks
         "nki_moe_kernel": "skip",
-        "compile": "skip",  # the neuron backend; the CPU's inductor is tests/test_compile.py's
+        # the neuron backend; the CPU's inductor is tests/unit/training/test_compile.py's
+        "compile": "skip",
         "4b_native_64ranks": "skip",
     }
     reasons = {r["name"]: r["reason"] for r in ladder["rungs"]}

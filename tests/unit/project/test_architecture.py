@@ -5,7 +5,7 @@ from pathlib import Path
 
 from qwen3_trn_helpers.model.variants import VARIANTS
 
-PACKAGE = Path(__file__).resolve().parents[1] / "qwen3_trn_helpers"
+PACKAGE = Path(__file__).resolve().parents[3] / "qwen3_trn_helpers"
 #: lower layers first; a module may import its own layer and the ones before it
 LAYERS = [
     {

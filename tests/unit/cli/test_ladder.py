@@ -283,5 +283,5 @@ def test_a_training_rung_records_measured_and_estimated_memory(ten_step_random, 
     assert entry[0]["memory"] == memory and "memory" not in entry[1]
 
 
-# (device-memory readings from the driver's counters: tests/test_torch_neuronx_double.py,
+# (device-memory readings from the driver's counters: tests/e2e/test_torch_neuronx_double.py,
 # on the test double's sysfs tree)

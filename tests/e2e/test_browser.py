@@ -25,7 +25,7 @@ import pytest
 
 from qwen3_trn_helpers.training.ranks import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("QWEN3_TRN_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(os.environ.get("QWEN3_TRN_ARTIFACTS", ROOT / "artifacts")) / "browser"
 CHROMIUM_FLAGS = [  # this machine's closed network: no background connections

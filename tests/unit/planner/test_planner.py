@@ -283,7 +283,7 @@ def test_the_planner_beside_awss_recipes():
 
 # ------------------------------------------------------------ issue 30: a planner to trust
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[2] / "data"
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """runs/child.py itself: what `call` brings back from its child, and what a timeout stops.
 
-(tests/test_isolate.py runs the lessons' trainers through it.) The functions called are
+(tests/unit/runs/test_isolate.py runs the lessons' trainers through it.) The functions called are
 the package's and the stdlib's: the child imports a function by module and qualname, and
 a function of a test module is not importable there (pytest puts tests/ on its own
 sys.path, not the child's).

@@ -469,7 +469,7 @@ def test_slurm_script_for_trn2(tmp_path):
     for key, value in TRN2_NODE_ENV.items():
         assert f"export {key}={value}" in text
     # the root communicator is rank 0's: left to torch-neuronx, never pinned to the head
-    # node (tests/test_torch_neuronx_double.py launches two agents to show it)
+    # node (tests/e2e/test_torch_neuronx_double.py launches two agents to show it)
     assert "export NEURON_RT_ROOT_COMM_ID" not in text and "ulimit -n 65535" in text
     assert "unset NEURON_RT_ROOT_COMM_ID" in text
     # survives: requeue, a signal ahead of the time limit, auto-resume at a stated interval

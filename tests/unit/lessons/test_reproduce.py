@@ -55,7 +55,7 @@ def _prose(text: str) -> str:
 def test_the_prose_states_aws_step1():
     """README, notebook 03 and the module say AWS's numbers: the ones AWS_STEP1 holds."""
     pre, rnd = AWS_STEP1["pretrained"], AWS_STEP1["random"]
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[3]
     readme = _prose((root / "README.md").read_text())
     assert f"gave loss {pre} at step 1 from the published weights and {rnd} from random" in readme
     cells = json.loads((root / "notebooks" / "03_ten_step_run.ipynb").read_text())["cells"]

@@ -113,7 +113,7 @@ def test_no_end_of_run_sleep_is_still_needed():
 def test_hf_backend_rope_init_is_still_needed():
     # If this fails, transformers' rotary module keeps rope_init_fn again and torchtitan's
     # backend recomputes inv_freq itself: delete hf_backend_rope_init.
-    # (tests/test_variants.py shows the wrong logits without it.)
+    # (tests/unit/model/test_variants.py shows the wrong logits without it.)
     assert patches.hf_rotary_lacks_rope_init_fn()
     assert patches.hf_backend_rope_init.needed("cpu", 1)
 
@@ -286,7 +286,7 @@ def test_force_sum_reduction_for_gloo_is_still_needed(tmp_path):
     """
     script = tmp_path / "rank.py"
     script.write_text(GLOO_RANK)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])}
     ranks = [
         subprocess.Popen(
             [sys.executable, str(script), str(r), "2", str(tmp_path / "store")],

@@ -20,7 +20,7 @@ from qwen3_trn_helpers.runs.container import CONTAINER_PYTHON, pyxis_lines
 from qwen3_trn_helpers.runs.schedulers import slurm_script
 from qwen3_trn_helpers.training.spec import RunSpec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 
 
