@@ -463,10 +463,6 @@ class StepEstimate:
         """Tokens per second per rank (torchtitan's ``tps``): a TP group shares its tokens."""
         return self.tokens_per_rank / self.tp / self.step_s
 
-    @property
-    def overlapped_comm_s(self) -> float:
-        return self.fsdp_s + self.hsdp_s
-
     def row(self) -> dict[str, float]:
         r = lambda x: round(x, 3)  # noqa: E731
         return {
