@@ -8,8 +8,9 @@ them. The layers, bottom up: ``device``/``assets``/``corpus`` (where we run, the
 the text), ``model/`` (shapes, presets, the three variants), ``training/`` (what
 torchtitan builds: the run spec and plan, the trainer, patches, metrics, memory),
 ``runs/`` (how a run executes: in this process or through torchrun, its folder, child
-processes, weights, the dry run, Slurm and Kubernetes jobs), ``lessons/`` (what the
-notebooks show), and ``cli``/``config_registry`` at the top.
+processes, weights, the dry run, Slurm and Kubernetes jobs), ``planner/`` (the layout
+planner), ``lessons/`` (what the notebooks show), and ``cli``/``config_registry`` at the
+top (tests/unit/project/test_architecture.py holds the order).
 """
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ On trn2 with real weights, the tokenizer comes from the checkpoint folder instea
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import shutil
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
+from .checksums import sha256_of
 from .errors import AssetError
 
 
@@ -157,11 +157,6 @@ def cached_folder(target: Path, build: Callable[[Path], object], marker: str) ->
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return target
-
-
-def sha256_of(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def check_sha256(path: Path, expected: str, what: str) -> None:

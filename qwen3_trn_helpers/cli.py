@@ -436,7 +436,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     from .device import resolve_device
     from .lessons.reproduction import reproduce
-    from .lessons.tables import Table
+    from .tables import Table
 
     spec = spec_from_args(args)
     # (each of reproduce's runs turns the hub off itself when it does not need it)
@@ -479,8 +479,8 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
     from .training.metrics_file import strict_json
 
     args.scope.enter_context(hub_offline())
-    from .lessons.tables import Table
     from .runs.dry_run import dry_run
+    from .tables import Table
 
     spec = spec_from_args(args)
     report = dry_run(spec, layers=args.layers)
@@ -607,8 +607,8 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
+    from .cpu_peak import cpu_matmul_peak
     from .device import device_report
-    from .lessons.preflight import cpu_matmul_peak
     from .stack import torchtitan_stack
 
     report = device_report()

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .checksums import sha256_of
 from .corpus import dataset_args, is_local
 from .errors import AssetError, ConfigError
 from .prepared import (
@@ -20,7 +21,6 @@ from .prepared import (
     MANIFEST,
     SHARD_TOKENS,
     VERSION,
-    sha256_file,
     tokenizer_identity,
 )
 
@@ -94,7 +94,7 @@ def prepare(
         file = out / shards[-1]["file"]
         shards[-1].update(
             documents=shard_docs, tokens=shard_toks, bytes=file.stat().st_size,
-            sha256=sha256_file(file),
+            sha256=sha256_of(file),
         )  # fmt: skip
         writer = None
 

@@ -28,11 +28,11 @@ derives); a damaged shard or another tokenizer is a one-line error before traini
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
+from .checksums import sha256_of
 from .errors import AssetError, ConfigError
 
 MANIFEST = "manifest.json"
@@ -65,14 +65,6 @@ def refuse_incomplete(path: str | Path) -> None:
         )
 
 
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def tokenizer_identity(folder: str | Path) -> dict[str, Any]:
     """What makes two tokenizers produce the same ids: tokenizer.json's bytes and the
     BOS/EOS ids torchtitan's tokenizer derives (from tokenizer_config.json too)."""
@@ -91,7 +83,7 @@ def _identity(folder: str, stamps: tuple) -> tuple[tuple[str, Any], ...]:
 
     tokenizer = HuggingFaceTokenizer(tokenizer_path=folder)
     return (
-        ("sha256", sha256_file(Path(folder) / "tokenizer.json")),
+        ("sha256", sha256_of(Path(folder) / "tokenizer.json")),
         ("vocab_size", tokenizer.get_vocab_size()),
         ("bos_id", tokenizer.bos_id),
         ("eos_id", tokenizer.eos_id),
@@ -149,7 +141,7 @@ def check_prepared(
                 f"shard {file} is {size} bytes, its manifest says {shard['bytes']}: the "
                 f"copy is damaged or incomplete; copy it again or prepare again ({PREPARE_HINT})"
             )
-        if hashes and sha256_file(file) != shard["sha256"]:
+        if hashes and sha256_of(file) != shard["sha256"]:
             raise AssetError(
                 f"shard {file} does not match its sha256 in {MANIFEST}: the copy is "
                 f"damaged; copy it again or prepare again ({PREPARE_HINT})"

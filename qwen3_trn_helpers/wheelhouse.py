@@ -34,7 +34,6 @@ target's markers, and download exactly those pins with ``--no-deps``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 import re
@@ -46,6 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .checksums import sha256_of
 from .errors import AssetError
 
 MANIFEST = "manifest.json"
@@ -196,13 +196,6 @@ def _key(name: str, version: str) -> tuple[str, str]:
 def _wheel_key(filename: str) -> tuple[str, str]:
     name, version = filename.split("-")[:2]
     return _key(name, version)
-
-
-def sha256_of(path: Path) -> str:
-    # (assets.sha256_of's twin: setup.sh runs this module before the package is installed,
-    # so it imports only the standard library and cannot reach assets.py)
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _pyproject_pin(root: Path, name: str, extra: str) -> str:

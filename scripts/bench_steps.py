@@ -92,7 +92,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from qwen3_trn_helpers.lessons.preflight import cpu_matmul_peak
+    from qwen3_trn_helpers.cpu_peak import cpu_matmul_peak
     from qwen3_trn_helpers.lessons.scaling import params_and_flops_per_token
     from qwen3_trn_helpers.model.shapes import TINY, TINY_MOE
 

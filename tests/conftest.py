@@ -1,10 +1,23 @@
-"""Shared fixtures (the offline environment is set by the root conftest.py)."""
+"""Shared fixtures (the offline environment is set by the root conftest.py).
+
+The tests live in folders by layer (``unit/<layer>/``) and end to end (``e2e/``); every
+fixture here reaches all of them. The helpers beside this file (``fake_torch_neuronx``,
+the job schemas, ``hostile``) are imported by name from any folder: this folder is put
+on ``sys.path`` here, as pytest's default import mode would only put each test file's own
+folder there.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
 
 #: resident memory (bytes) a worker may gain over its last trim before the next one
 TRIM_AFTER_GROWTH = 256 * 2**20

@@ -1,4 +1,5 @@
-"""Solutions to the exercises of 02_three_variants (tested by tests/test_solutions.py)."""
+"""Solutions to the exercises of 02_three_variants
+(tested by tests/unit/lessons/test_solutions.py)."""
 
 from pathlib import Path
 

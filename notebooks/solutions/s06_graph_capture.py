@@ -1,4 +1,5 @@
-"""Solutions to the exercises of 06_graph_capture (tested by tests/test_compile.py)."""
+"""Solutions to the exercises of 06_graph_capture
+(tested by tests/unit/training/test_compile.py)."""
 
 from pathlib import Path
 

@@ -38,11 +38,6 @@ from typing import Any
 #: the name the toy registers: TorchNeuron's, safe in a child without torch-neuronx
 NAME = "neuron"
 
-#: what the toy device implements itself: memory (allocate, copy to and from the CPU),
-#: as every backend must, and the matrix products; everything else falls back
-OWN_KERNELS = ("aten::empty.memory_format", "aten::empty_strided", "aten::_copy_from",
-               "aten::mm", "aten::addmm", "aten::t")  # fmt: skip
-
 
 def _child(steps: int, seed: int) -> dict[str, Any]:
     """In the child: register the device, train a small model on it and on the CPU."""

@@ -251,7 +251,7 @@ def cpu_machine(ranks: int, peak_flops: float) -> Machine:
         efficiency={"eager": 0.5},
         efficiency_source="assumed; plan --measure here writes the measured one",
         sources={
-            "peak": "measured: bf16 2048^3 matmul with all threads (lessons.preflight), "
+            "peak": "measured: bf16 2048^3 matmul with all threads (cpu_peak.py), "
             "split over the ranks",
             "hbm": "this machine's free memory, split over the ranks",
             "intra": "assumed (gloo, shared memory)",
@@ -297,7 +297,7 @@ def get_machine(key: str, *, nproc: int | None = None, lnc: int | None = None) -
             "the H100 fit carried over: the same GH100 die and 989 dense TFLOPS "
             "(H200 datasheet); " + H100_EFFICIENCY_SOURCE))  # fmt: skip
     elif key == "cpu":
-        from ..lessons.preflight import cpu_matmul_peak
+        from ..cpu_peak import cpu_matmul_peak
 
         machine = cpu_machine(nproc or 1, cpu_matmul_peak())
     else:
@@ -462,10 +462,6 @@ class StepEstimate:
     def tokens_per_s_per_rank(self) -> float:
         """Tokens per second per rank (torchtitan's ``tps``): a TP group shares its tokens."""
         return self.tokens_per_rank / self.tp / self.step_s
-
-    @property
-    def overlapped_comm_s(self) -> float:
-        return self.fsdp_s + self.hsdp_s
 
     def row(self) -> dict[str, float]:
         r = lambda x: round(x, 3)  # noqa: E731

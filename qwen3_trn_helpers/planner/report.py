@@ -50,7 +50,7 @@ def check_arguments(args: argparse.Namespace, machine_key: str) -> None:
 
 def plan_command(args: argparse.Namespace) -> tuple[str, bool]:
     """The output of ``qwen3-trn plan`` and whether its checks passed."""
-    from ..lessons.tables import Table
+    from ..tables import Table
     from ..training.metrics_file import strict_json
     from .activations import ACTIVATION_TOLERANCE
     from .checks import calibrate, measure, verify

@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..training.memory import MemoryEstimate, estimate_memory
 from ..training.spec import ACTIVATION_CHECKPOINTING, RunSpec
+from ..trn2 import PLANNING_HEADROOM
 from .cost import PLAN_HEADROOM, Machine, StepEstimate, estimate_step, get_machine
 from .models import PlannedModel, load_model
 
@@ -197,7 +198,8 @@ class LayoutPlan:
         if self.free_gib is not None:
             return (
                 f"{c.memory.total_gib:.1f} GiB per rank x {c.world} of this machine's "
-                f"{self.free_gib:.1f} GiB free; a plan may use {PLAN_HEADROOM:.0%} of 90%"
+                f"{self.free_gib:.1f} GiB free; a plan may use {PLAN_HEADROOM:.0%} of "
+                f"{PLANNING_HEADROOM:.0%}"
             )
         return (
             f"{c.memory.total_gib:.1f} GiB per rank, limit {c.limit_gib:.1f} "
@@ -248,7 +250,7 @@ class LayoutPlan:
         }
 
     def render(self, top: int) -> str:
-        from ..lessons.tables import Table
+        from ..tables import Table
 
         lines = [
             self.header(),
@@ -427,7 +429,7 @@ def evaluate(
     memory = plan.memory()
     limit = PLAN_HEADROOM * memory.usable_gib
     if free_gib is not None:  # a CPU's ranks share its free memory
-        limit = PLAN_HEADROOM * 0.9 * free_gib / spec.nproc
+        limit = PLAN_HEADROOM * PLANNING_HEADROOM * free_gib / spec.nproc
     estimate = estimate_step(
         plan.shape,
         machine,

@@ -32,7 +32,7 @@ LAUNCH_FIELDS = ("nproc", "nnodes", "rdzv_endpoint", "rdzv_timeout", "max_restar
 #: groups of the round before left there: a restarted gloo rank reads a dead rank's
 #: address and fails ("Gloo connectFullMesh ... Connection refused"), unless its peer
 #: happened to write its new one first. torch's own opt-out of that sharing makes rank 0
-#: start a new store, on a new port, each round (tests/test_multinode.py: still needed).
+#: start a new store, on a new port, each round (tests/e2e/test_multinode.py: still needed).
 FRESH_STORE_EACH_ROUND = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 shell_command = shlex.join  # the command as one line a shell runs as it is

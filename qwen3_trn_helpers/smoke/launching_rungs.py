@@ -96,7 +96,7 @@ def rung_compile() -> None:
         _skip(
             f"needs the neuron device (backend {compile_backend('neuron')!r}); on this "
             f"machine --compile uses {compile_backend(device_type)!r} "
-            "(tests/test_compile.py checks it)"
+            "(tests/unit/training/test_compile.py checks it)"
         )
     out = Path(tempfile.mkdtemp(prefix="qwen3-trn-compile-"))
     env = {**os.environ, NEFF_CACHE_VAR: str(out / "neff-cache")}

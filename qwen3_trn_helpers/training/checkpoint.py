@@ -120,7 +120,7 @@ def record_shard_checksums(step_dir: Path) -> None:
     """Each rank hashes the shard files it wrote (DCP names them ``__RANK_N.distcp``),
     in parallel, so a resume can tell a shard whose bytes changed (DCP keeps sizes and
     offsets, no checksums). An HF export (no ``.metadata``) is left alone."""
-    from ..assets import sha256_of
+    from ..checksums import sha256_of
 
     if not (step_dir / ".metadata").is_file():
         return
@@ -176,7 +176,7 @@ def check_checkpoint(step_dir: Path, share: tuple[int, int] | None = (0, 1)) -> 
     """
     from torch.distributed.checkpoint import FileSystemReader
 
-    from ..assets import sha256_of
+    from ..checksums import sha256_of
 
     if not (step_dir / ".metadata").is_file():
         if (step_dir / "model.safetensors.index.json").is_file():

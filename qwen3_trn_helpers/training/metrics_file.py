@@ -164,12 +164,6 @@ def write_atomically(path: Path, text: str) -> None:
         raise RunFolderError(write_failed(path, e, f"{path.name} keeps what it held")) from None
 
 
-def metrics_gap(path: Path, step: int) -> list[int]:
-    """Steps 1..``step`` (those a checkpoint holds) that the file has no line for."""
-    recorded = {r["step"] for r in read_metrics(path)} if path.exists() else set()
-    return [s for s in range(1, step + 1) if s not in recorded]
-
-
 def _spans(numbers: list[int]) -> str:
     """``[1, 2, 3, 5]`` -> ``"1-3, 5"`` (at most a few spans, then how many more)."""
     spans: list[list[int]] = []

@@ -25,11 +25,8 @@ from ..errors import ConfigError
 from ..model.presets import PRESETS, Layout, Preset
 from ..model.shapes import Qwen3Shape
 from ..model.variants import VARIANTS, Variant
+from ..trn2 import PLANNING_HEADROOM
 from .spec import RunSpec
-
-#: the share of a NeuronCore's HBM a plan may use: the rest is headroom for what no
-#: estimate sees (fragmentation, the compiler's scratch)
-HBM_USABLE = 0.9
 
 
 @dataclass(frozen=True)
@@ -258,7 +255,7 @@ def on_trn2(spec: RunSpec) -> RunSpec:
 def memory_fit_problem(plan: Plan, free_gib: float | None = None) -> str | None:
     """The one memory rule: what a plan's ranks on one machine need against what it has.
 
-    A NeuronCore may fill :data:`HBM_USABLE` of its HBM with what the estimate counts;
+    A NeuronCore may fill ``trn2.PLANNING_HEADROOM`` of its HBM with what the estimate counts;
     a CPU's ranks on this machine share its free memory (``free_gib``: None where
     unknown). Returns the refusal, with the numbers and the fix, or None.
     """
@@ -280,7 +277,7 @@ def memory_fit_problem(plan: Plan, free_gib: float | None = None) -> str | None:
         return (
             f"preset {preset.name!r} on {plan.world_size} rank(s) needs about "
             f"{memory.total_gib:.1f} GiB per NeuronCore, more than the "
-            f"{memory.usable_gib:.1f} GiB a plan may use ({HBM_USABLE:.0%} of its "
+            f"{memory.usable_gib:.1f} GiB a plan may use ({PLANNING_HEADROOM:.0%} of its "
             f"{memory.hbm_gib:.0f} GiB): {fix}"
         )
     if plan.device_type != "cpu" or free_gib is None or memory.total_gib * plan.nproc <= free_gib:

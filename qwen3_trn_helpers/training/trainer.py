@@ -269,7 +269,7 @@ class VariantParts:
 
 
 #: each registry class -> its parts; every variant of model.variants.VARIANTS has one
-#: (tests/test_variants.py)
+#: (tests/unit/model/test_variants.py)
 VARIANT_PARTS: dict[type[Variant], VariantParts] = {
     TorchtitanQwen3: VariantParts(Qwen3TrnTrainer, (patches.tie_embedding_before_fsdp,)),
     BlockwiseMoE: VariantParts(Qwen3TrnTrainer, (patches.tie_embedding_before_fsdp,)),
@@ -301,8 +301,8 @@ def force_sum_reduction_for_gloo(model_parts: list[torch.nn.Module]) -> int:
     Gloo"). FSDP2's public ``set_force_sum_reduction_for_comms`` switches to SUM followed
     by the same (x1) scaling: identical gradients. Only for CPU runs with more than one
     rank; a call on the built model, not a patch of anyone's code, and
-    tests/test_patches.py fails once gloo or FSDP2 no longer needs it. Returns the FSDP
-    modules changed.
+    tests/unit/training/test_patches.py fails once gloo or FSDP2 no longer needs it.
+    Returns the FSDP modules changed.
     """
     from torch.distributed.fsdp import FSDPModule
 
@@ -522,7 +522,7 @@ def release_freed_memory() -> None:
     A run frees its model, gradients and optimizer state, but glibc keeps freed heap
     pages mapped for reuse, fragmented across threads' arenas: a notebook kernel or
     test worker that trains again and again grows by hundreds of MiB a run (measured:
-    4.1 GiB after tests/test_variants.py, 1.0 GiB with a trim after each test) and can
+    4.1 GiB after tests/unit/model/test_variants.py, 1.0 GiB with a trim after each test) and can
     be killed for memory it does not use. ``malloc_trim`` returns those pages.
     """
     import ctypes

@@ -24,7 +24,7 @@ nothing a user's process could load.
 from __future__ import annotations
 
 #: (rule, source): what the double encodes. Kept here so the README's list and the
-#: double cannot drift apart unnoticed (tests/test_neuron_double.py compares them).
+#: double cannot drift apart unnoticed (tests/e2e/test_torch_neuronx_double.py compares them).
 RULES: tuple[tuple[str, str], ...] = (
     (
         "The dynamo backend `neuron` is an entry point of group `torch_dynamo_backends`",

@@ -1,0 +1,220 @@
+"""scripts/setup.sh from an activated Neuron venv: its torch is used, none is installed.
+
+A stand-in Neuron venv (no Trainium needed): a venv that sees a torch (this test venv's,
+through a .pth file) and holds a dummy ``torch_neuronx`` package with a version.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # each runs setup.sh in a venv of its own
+
+
+def _site(python: Path) -> Path:
+    out = subprocess.check_output(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        text=True,
+    )
+    return Path(out.strip())
+
+
+@pytest.fixture(scope="module")
+def neuron_venv(tmp_path_factory):
+    root = tmp_path_factory.mktemp("neuron")
+    venv = root / "aws_neuronx_venv_torch_neuronx_2_14"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = _site(venv / "bin" / "python")
+    (site / "test_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    package = site / "torch_neuronx"
+    package.mkdir()
+    (package / "__init__.py").write_text('"""stand-in: no Neuron code."""\n')
+    dist = site / "torch_neuronx-2.14.3.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torch-neuronx\nVersion: 2.14.3.0\n"
+    )
+    compiler = venv / "bin" / "neuronx-cc"  # the Neuron compiler lives in the venv's bin
+    compiler.write_text("#!/bin/sh\necho stand-in neuronx-cc\n")
+    compiler.chmod(0o755)
+    return venv
+
+
+def _setup_env(neuron_venv: Path, target: Path, tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHON": str(neuron_venv / "bin" / "python"),
+        "VIRTUAL_ENV": str(neuron_venv),
+        "QWEN3_TRN_VENV": str(target),
+        "PIP_DRY_RUN_REPORT": str(tmp_path / "report.json"),
+    }
+
+
+def test_setup_reuses_the_neuron_venvs_torch(neuron_venv, tmp_path):
+    import torch
+
+    target = tmp_path / "project-venv"
+    env = _setup_env(neuron_venv, target, tmp_path)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "setup.sh"), "--install-only"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "Neuron venv detected" in proc.stdout
+    python = target / "bin" / "python"
+    seen = subprocess.check_output(
+        [
+            str(python),
+            "-c",
+            "import torch, torch_neuronx; print(torch.__version__, torch.__file__)",
+        ],
+        text=True,
+    ).split()
+    assert seen[0] == torch.__version__  # the Neuron venv's torch, not a new one
+    assert not Path(seen[1]).is_relative_to(target)  # nothing installed into .venv
+    # torch-neuronx finds the compiler on PATH: .venv/bin has it without the Neuron venv
+    assert (target / "bin" / "neuronx-cc").resolve() == (neuron_venv / "bin" / "neuronx-cc")
+    from importlib import metadata
+
+    pins = (target / "neuron-constraints.txt").read_text().splitlines()
+    assert pins == [f"torch=={metadata.version('torch')}", "torch-neuronx==2.14.3.0"]
+    # what pip would install for the package now: never a torch
+    report = tmp_path / "dry.json"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report),
+         "-c", str(target / "neuron-constraints.txt"), "-e", f"{ROOT}[notebooks,test,neuron]"],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    names = {item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]}
+    assert "torch" not in names and "torch-neuronx" not in names
+    # triton: torchtitan 0.3.0 imports it, the Neuron torch build lacks it
+    assert "-e .[notebooks,test,neuron]" in proc.stdout
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert any(r.startswith("triton") for r in extras["optional-dependencies"]["neuron"])
+
+
+def test_setup_refuses_a_cpu_venv_that_would_hide_the_neuron_torch(neuron_venv, tmp_path):
+    """A .venv from the CPU quick start has its own torch, first on sys.path."""
+    target = tmp_path / "cpu-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target)], check=True)
+    (_site(target / "bin" / "python") / "torch").mkdir()
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "setup.sh"), "--install-only"],
+        cwd=ROOT, env=_setup_env(neuron_venv, target, tmp_path), capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "has its own torch" in proc.stderr and f"rm -rf {target}" in proc.stderr
+
+
+def _prepared_venv(
+    target: Path, stamp_inputs: bytes, cli_status: str, extras: str = "cpu,notebooks,test"
+) -> Path:
+    """A project venv as a previous install left it (stamp current, so setup skips pip),
+    whose ``qwen3-trn`` is a stand-in that records its arguments: this tests setup's
+    order of steps, not our CLI (other tests cover that)."""
+    import hashlib
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target)], check=True)
+    stamp_inputs += f"checkout: {ROOT}\n".encode()  # the editable install's folder
+    (target / ".qwen3-trn-installed").write_text(
+        hashlib.sha256(stamp_inputs).hexdigest() + "\n" + extras + "\n"
+    )
+    calls = target / "calls.txt"
+    stand_in = target / "bin" / "qwen3-trn"
+    stand_in.write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\ncase "$1" in smoke) exit {cli_status};; esac\nexit 0\n'
+    )
+    stand_in.chmod(0o755)
+    return calls
+
+
+def _neuron_stamp() -> bytes:
+    from importlib import metadata
+
+    pins = f"torch=={metadata.version('torch')}\ntorch-neuronx==2.14.3.0\n"
+    return (ROOT / "pyproject.toml").read_bytes() + pins.encode()
+
+
+@pytest.mark.parametrize("ladder_status", [0, 1])
+def test_setup_on_trn2_climbs_the_ladder_instead_of_training(neuron_venv, tmp_path, ladder_status):
+    target = tmp_path / "project-venv"
+    calls = _prepared_venv(target, _neuron_stamp(), str(ladder_status), "notebooks,test,neuron")
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "setup.sh")],
+        cwd=ROOT, env=_setup_env(neuron_venv, target, tmp_path), capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert "installing:" not in proc.stdout  # the stamp was current: no pip here
+    steps = calls.read_text().splitlines()
+    assert steps == ["assets", "smoke --no-full-size --out smoke"]  # never `train`
+    assert proc.returncode == ladder_status, proc.stdout + proc.stderr
+    if ladder_status:
+        assert "attach smoke/smoke.json" in proc.stderr
+    else:
+        assert "qwen3-trn smoke --rung 4b_native_64ranks" in proc.stdout
+
+
+def test_setup_on_a_cpu_keeps_its_ten_step_run(tmp_path):
+    target = tmp_path / "cpu-project-venv"
+    calls = _prepared_venv(target, (ROOT / "pyproject.toml").read_bytes(), "1")
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "setup.sh")],
+        cwd=ROOT, env={**os.environ, "PYTHON": sys.executable, "QWEN3_TRN_VENV": str(target)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Neuron venv detected" not in proc.stdout
+    steps = calls.read_text().splitlines()
+    assert steps[0] == "assets" and len(steps) == 2
+    assert steps[1].startswith("train --variant native --steps 10 --local-batch-size 1")
+
+
+def test_site_after_a_plain_install_installs_the_site_extra(tmp_path):
+    """CI runs the plain suite, then `scripts/test.sh --site` in the same .venv: the stamp
+    of the plain install is current, yet Sphinx is not there. Setup must see the lacking
+    extra (it once skipped pip, and the site build failed: "No module named sphinx"), and
+    a plain setup afterwards must not reinstall."""
+    import hashlib
+
+    target = tmp_path / "cpu-project-venv"
+    _prepared_venv(target, (ROOT / "pyproject.toml").read_bytes(), "0")
+    asked = target / "pip-args.txt"
+    pip = _site(target / "bin" / "python") / "pip"
+    pip.mkdir()
+    (pip / "__init__.py").write_text("")
+    (pip / "__main__.py").write_text(  # a stand-in pip: records what it was asked
+        f"import sys\nopen({str(asked)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+    )
+    env = {**os.environ, "PYTHON": sys.executable, "QWEN3_TRN_VENV": str(target)}
+
+    def setup(*flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", str(ROOT / "scripts" / "setup.sh"), "--install-only", *flags],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    plain = setup()
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert not asked.exists()  # the stamp was current for the plain extras: no pip
+    site = setup("--site")
+    assert site.returncode == 0, site.stdout + site.stderr
+    assert asked.read_text().split() == ["install", "--quiet", "-e", ".[cpu,notebooks,test,site]"]
+    again = setup()
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert len(asked.read_text().splitlines()) == 1  # site is a superset: no second pip
+    # the same venv used from another checkout (CI's venv outside the repository, kept
+    # between clones): its editable install points at the old folder, so pip runs again
+    stamp = target / ".qwen3-trn-installed"
+    inputs = (ROOT / "pyproject.toml").read_bytes() + b"checkout: /elsewhere/qwen3-trn\n"
+    stamp.write_text(hashlib.sha256(inputs).hexdigest() + "\ncpu,notebooks,test,site\n")
+    moved = setup()
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    assert len(asked.read_text().splitlines()) == 2

@@ -1,0 +1,129 @@
+"""Project hygiene: metadata agrees, notebooks are clean, code is ruff clean."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def _norm(req: str) -> str:
+    return re.sub(r"\s+", "", req).lower()
+
+
+def test_environment_yml_agrees_with_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    expected = set(project["dependencies"]) | {
+        r for name in ("cpu", "notebooks", "test") for r in extras[name]
+    }
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    listed = {r for r in pip if not r.startswith("-e")}
+    assert {_norm(r) for r in listed} == {_norm(r) for r in expected}
+    py = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python"))
+    assert py.split("=")[1] >= project["requires-python"].lstrip(">=")
+
+
+def test_notebooks_exist_in_order():
+    names = [p.stem for p in NOTEBOOKS]
+    assert names == [
+        "00_preflight",
+        "01_device_registration",
+        "02_three_variants",
+        "03_ten_step_run",
+        "04_scaling_to_trn2",
+        "05_several_nodes",
+        "06_graph_capture",
+    ]
+
+
+MAGIC = re.compile(r"^\s*[!%]", re.M)
+ABS_PATH = re.compile(r"(/home/|/root/|/Users/|/work/|/tmp/|[A-Z]:\\\\)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_lint(path: Path):
+    nb = json.loads(path.read_text())
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    cells = nb["cells"]
+    for cell in cells:
+        src = "".join(cell["source"])
+        if cell["cell_type"] == "code":
+            assert cell.get("outputs") == [], f"{path.name}: stored outputs"
+            assert cell.get("execution_count") is None
+            # a failing !cmd or %magic does not fail nbval, so none are allowed
+            assert not MAGIC.search(src), f"{path.name}: shell escape or magic in {src!r}"
+        assert not ABS_PATH.search(src), f"{path.name}: absolute path in {src[:80]!r}"
+        # a folder that outlives the kernel: each run of 03 once left 309 MB in /tmp
+        assert "mkdtemp" not in src, f"{path.name}: use lessons.scratch_folder"
+    first = "".join(cells[0]["source"])
+    assert first.startswith("# ") and "**Goal.**" in first and "Expected time" in first
+    # the exercises (ending with how to shut the kernel down), then the sources
+    exercises, last = "".join(cells[-2]["source"]), "".join(cells[-1]["source"])
+    assert "## Exercises" in exercises and "shut" in exercises.lower()
+    assert last.startswith("## References") and "https://" in last
+    solution = re.search(r"notebooks/solutions/(s\d\d_\w+\.py)", exercises)
+    assert solution and (ROOT / "notebooks/solutions" / solution.group(1)).exists()
+
+
+def test_a_notebooks_scratch_folder_goes_with_its_kernel():
+    """The folder a notebook trains into stays while the kernel runs (even when the
+    notebook keeps only the Path); it is gone once the kernel exits, and a kernel killed
+    outright (as nbval stops kernels) leaves it only until that notebook's next run."""
+    import signal
+
+    script = (
+        "import gc, os, signal, sys\n"
+        "from qwen3_trn_helpers.lessons import scratch_folder\n"
+        "work = scratch_folder('97')\n"
+        "(work / 'rep').mkdir()\n"
+        "(work / 'rep' / 'weights.bin').write_bytes(b'0' * 1024)\n"
+        "gc.collect()\n"
+        "assert (work / 'rep' / 'weights.bin').exists()\n"
+        "print(work, flush=True)\n"
+        "if sys.argv[1] == 'kill': os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+
+    def kernel(end: str) -> tuple[Path, int]:
+        proc = subprocess.run([sys.executable, "-c", script, end], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        return Path(proc.stdout.strip()), proc.returncode
+
+    work, status = kernel("exit")
+    assert status == 0 and work.name.startswith("qwen3-trn-97-") and not work.exists()
+    killed, status = kernel("kill")
+    assert status == -signal.SIGKILL and (killed / "rep" / "weights.bin").exists()
+    live = killed.parent / f"qwen3-trn-97-{os.getpid()}-live"  # a running kernel's
+    other = killed.parent / "qwen3-trn-970-1-other"  # another notebook's
+    try:
+        live.mkdir()
+        other.mkdir()
+        again, status = kernel("exit")  # the notebook's next run
+        assert status == 0 and not again.exists()
+        assert not killed.exists() and live.exists() and other.exists()
+    finally:
+        for folder in (killed, live, other):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.skipif(
+    shutil.which("ruff") is None and not (Path(sys.prefix) / "bin/ruff").exists(),
+    reason="ruff not installed",
+)
+def test_ruff_clean():
+    ruff = shutil.which("ruff") or str(Path(sys.prefix) / "bin/ruff")
+    for args in (["check"], ["format", "--check"]):
+        proc = subprocess.run([ruff, *args, "."], cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
