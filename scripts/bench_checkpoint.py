@@ -71,16 +71,63 @@ def measure(preset: str, mode: str, root: Path) -> dict:
     }
 
 
+def measure_raw(parameters: int, mode: str, root: Path) -> dict:
+    """The same save without building a model: fp32 weights and AdamW's two moments of
+    ``parameters`` parameters as one state dict, written by our ShardWriter through
+    ``dcp.save`` or ``dcp.async_save`` (a thread), on one process. For a machine too
+    loaded, or too small, to build the preset (0.6B with AdamW is ~10 GiB before a save
+    stages a second copy)."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from qwen3_trn_helpers.training.checkpoint import ShardWriter
+
+    chunk = 4 * 2**20
+    state = {
+        f"{kind}.{i}": torch.randn(min(chunk, parameters - i * chunk))
+        for kind in ("weight", "exp_avg", "exp_avg_sq")
+        for i in range((parameters + chunk - 1) // chunk)
+    }
+    out = root / f"raw-{parameters}-{mode}"
+    cpu0, wall0 = _cpu_s(), time.perf_counter()
+    if mode == "async":
+        future = dcp.async_save(state, storage_writer=ShardWriter(out))
+        blocked = time.perf_counter() - wall0
+        future.result()
+    else:
+        dcp.save(state, storage_writer=ShardWriter(out), no_dist=True)
+        blocked = time.perf_counter() - wall0
+    written, cpu = time.perf_counter() - wall0, _cpu_s() - cpu0
+    nbytes = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+    shutil.rmtree(out, ignore_errors=True)
+    return {
+        "parameters": parameters,
+        "mode": mode,
+        "checkpoint_mb": round(nbytes / 1e6, 1),
+        "blocked_s": round(blocked, 2),
+        "written_s": round(written, 2),
+        "cpu_s": round(cpu, 2),
+        "mb_per_cpu_s": round(nbytes / 1e6 / max(cpu, 1e-9), 1),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--mode", nargs="+", default=["disabled", "async"])
     parser.add_argument("--dir", default=None, help="where the checkpoints go (default: /tmp)")
+    parser.add_argument(
+        "--raw", type=int, nargs="+", default=None, metavar="PARAMETERS",
+        help="time saves of this many parameters' state without building a model",
+    )  # fmt: skip
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     root = Path(args.dir or tempfile.mkdtemp(prefix="qwen3-trn-bench-ckpt-"))
     for mode in args.mode:
-        print(json.dumps(measure(args.preset, mode, root)), flush=True)
+        for parameters in args.raw or []:
+            print(json.dumps(measure_raw(parameters, mode, root)), flush=True)
+        if args.raw is None:
+            print(json.dumps(measure(args.preset, mode, root)), flush=True)
 
 
 if __name__ == "__main__":
