@@ -92,7 +92,7 @@ def _stubbed_job(tmp_path: Path, spec: RunSpec) -> tuple[subprocess.Popen, Path,
     calls = tmp_path / "calls.txt"
     stubs = {
         "scontrol": 'echo "scontrol $*" >> "$CALLS"; [ "$1 $2" = "show hostnames" ] && '
-        'echo node1; true',
+        "echo node1; true",
         "getent": "exit 2",
         "srun": 'case "$*" in *" train "*) touch "$CALLS.train"; sleep 4; echo "srun done" '
         '>> "$CALLS";; esac; true',
