@@ -263,3 +263,11 @@ def test_asynchronous_checkpoints_are_complete_and_resume(tmp_path):
 
 
 SETTINGS = "qwen3-trn-settings.json"
+
+
+def test_pinned_memory_async_is_refused_off_cuda(tmp_path, capsys):
+    args = ("--steps", "2", "--checkpoint-interval", "1", "--device", "cpu")
+    argv = [*args, "--checkpoint-async", "async_with_pinned_mem", "--out", str(tmp_path / "r")]
+    assert train(*argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pass --checkpoint-async async" in err[0], err

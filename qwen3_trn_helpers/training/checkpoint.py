@@ -231,8 +231,9 @@ class _HashingStream(io.RawIOBase):
         return self._raw.fileno()
 
     def close(self) -> None:
-        self._raw.close()
-        super().close()
+        if not self.closed:
+            super().close()  # (flushes, through the file: still open here)
+            self._raw.close()
 
 
 class HashingFileSystem(FileSystem):

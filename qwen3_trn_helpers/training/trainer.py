@@ -355,6 +355,11 @@ def trainer_config(
     from .metrics import Qwen3TrnMetrics
 
     init_dir = init_dir or plan.init.folder
+    if plan.spec.checkpoint_async == "async_with_pinned_mem" and plan.device_type != "cuda":
+        raise ConfigError(
+            "--checkpoint-async async_with_pinned_mem stages checkpoints in CUDA's pinned "
+            f"memory, which a {plan.device_type} run has none of: pass --checkpoint-async async"
+        )
     if plan.init.pending and init_dir is None:
         raise ConfigError(
             "init='pretrained' must be turned into a checkpoint folder before training: "
