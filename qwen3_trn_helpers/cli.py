@@ -414,6 +414,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         f"steps: {len(result.metrics)}  loss: {first:.3f} -> {last:.3f}  wall: {result.wall_s:.1f}s"
     )
     print(f"metrics: {result.metrics_path}")
+    if result.status == "stopped":  # asked through OUT/save-and-stop (training/stopping.py)
+        print(
+            f"stopped: asked to save and stop; checkpoint of step {result.metrics[-1]['step']} "
+            "saved, --resume auto continues from it"
+        )
     if result.writer:  # on several nodes sharing --out: only rank 0's node
         png = result.out / "loss.png"
         try:

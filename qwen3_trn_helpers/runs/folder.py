@@ -150,6 +150,11 @@ def settle_run_folder(
     # (training/metrics.py), so none appears twice.
     if not decides:
         return Settled(step)
+    from ..training.checkpoint import newest_complete_step
+
+    # a damaged newest checkpoint: the one before it, with one note (none: its error)
+    speaks = share is None or share[0] == 0
+    step = newest_complete_step(out / "checkpoint", step, echo=speaks, set_aside=writer) or step
     check_resume(out, step, plan, share=share)
     if share is None:
         # rank 0 drops the lines only when it logs its first step: drop them now, so

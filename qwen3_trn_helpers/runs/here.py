@@ -49,7 +49,7 @@ def _train_in_folder(
     taken: Claim, plan: Plan, reporter: Reporter, launched: bool, init_dir: Path | None
 ) -> RunResult:
     """:func:`run_here`, once the run folder is ours and settled: train, record."""
-    from ..training.stopping import StopRequest
+    from ..training.stopping import STOP_FILE, StopRequest
     from ..training.trainer import trainer_session
 
     spec, rank0, out = plan.spec, rank() == 0, taken.out
@@ -64,8 +64,9 @@ def _train_in_folder(
 
     started = time.perf_counter()
     error = None
-    # a run that saves checkpoints saves one more on SIGTERM (training/stopping.py)
-    stop = StopRequest()
+    # a run that saves checkpoints saves one more on SIGTERM, or when asked through
+    # OUT/save-and-stop, which rank 0 looks for (training/stopping.py)
+    stop = StopRequest(out / STOP_FILE if rank0 else None)
     try:  # from here on, however the run ends, the bar closes and run.json says how
         manifest("running")
         with (
@@ -79,7 +80,13 @@ def _train_in_folder(
                 trainer.metrics_processor.jsonl.on_step = step_done
             trainer.stop_request = stop if spec.checkpoint_interval else None
             trainer.train()
-            if trainer.stopped_at is not None:
+            if trainer.stopped_at is not None and stop.clean:
+                # asked to save and stop (a job's time limit is near): every rank leaves
+                # cleanly, so torchrun restarts nothing; the job script requeues
+                result.status = "stopped"
+                if rank0:
+                    stop.consume()
+            elif trainer.stopped_at is not None:
                 raise Terminated(
                     f"stopped by signal {stop.signal or 'on another rank'}: checkpoint of "
                     f"step {trainer.stopped_at} saved; --resume auto continues from it"

@@ -10,9 +10,10 @@ job.sbatch; sbatch job.sbatch``).
 Jobs survive: every job file runs ``--resume auto`` with a checkpoint interval it
 states, so the first run, a requeued one and torchrun's restarted ranks are the same
 command; SIGTERM (preemption, ``scontrol requeue``, a pod's eviction) saves the current
-step first (training/stopping.py). Every user value is written as data: control
-characters are refused, the rest is quoted for bash (``shlex.quote``) and no user value
-reaches an ``#SBATCH`` line.
+step first if it can within the grace (training/stopping.py), and a Slurm job is warned
+of its time limit early enough to save a checkpoint of its model's size, then requeues.
+Every user value is written as data: control characters are refused, the rest is
+quoted for bash (``shlex.quote``) and no user value reaches an ``#SBATCH`` line.
 
 On trn2 each node is a whole trn2.48xlarge (16 Trainium2 chips, 16 EFA interfaces);
 the Neuron and EFA settings every node needs come from AWS's multi-node docs, named
@@ -25,7 +26,7 @@ import os
 import re
 import shlex
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -64,9 +65,9 @@ SHARED_DIR_K8S = "/fsx"  # where the job mounts shared storage (FSx for Lustre)
 JOB_CHECKPOINT_INTERVAL = 100
 #: torchrun restarts a node's ranks this many times unless --max-restarts says otherwise
 JOB_MAX_RESTARTS = 3
-#: Slurm signals the batch script this long before the time limit; it requeues the
-#: job, whose ranks then save their step (SIGTERM) within Slurm's KillWait
-SIGNAL_AHEAD_S = 300
+#: Slurm signals the batch script ahead of the time limit (--signal=B:USR1@LEAD): the
+#: trap asks every rank to save its step and stop, then requeues the job. LEAD comes
+#: from the checkpoint's size (training/stopping.py signal_lead_s, at least 300 s)
 #: seconds a pod has after SIGTERM to save its step before SIGKILL
 POD_GRACE_S = 300
 
@@ -158,6 +159,7 @@ def slurm_script(
     spec = spec.replace(out=os.path.normpath(os.path.join(workdir, spec.out)))
     name = f"qwen3-trn-{spec.variant}".replace("_", "-")
     q = shlex.quote
+    warning = time_limit_warning(spec, on_trn2)
     lines = [
         "#!/bin/bash",
         f"# qwen3-trn on {spec.nnodes} nodes x {spec.nproc} ranks: one Slurm task per node, "
@@ -181,17 +183,15 @@ def slurm_script(
         "#SBATCH --output=qwen3-trn-%j.out  # where sbatch runs: a folder that exists",
         "#SBATCH --open-mode=append  # a requeued job adds to the same log",
         "#SBATCH --requeue  # preempted or its node failed: requeued, not ended",
-        f"#SBATCH --signal=B:USR1@{SIGNAL_AHEAD_S}  # the time limit is near: see the trap",
+        f"#SBATCH --signal=B:USR1@{warning.lead_s}  # the time limit is near: see the trap",
         "set -euo pipefail",
         "",
         f"workdir={q(workdir)}",
         f"python={q(python)}",
         f"out={q(spec.out)}",
         'echo "attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )) of job $SLURM_JOB_ID"',
-        "# the time limit is near: requeue (Slurm sends every rank SIGTERM; each saves",
-        "# its step and the requeued job resumes from it)",
-        'trap \'echo "time limit near: requeueing"; scontrol requeue "$SLURM_JOB_ID"\' USR1',
         'mkdir -p -- "$out"',
+        *warning.trap_lines(),
         "",
         "# the first node hosts the rendezvous, at the address Slurm itself reaches it by",
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
@@ -270,10 +270,71 @@ def slurm_script(
         "# wait again after the USR1 trap interrupts wait; the job's status is srun's",
         'status=0; wait "$srun_pid" || status=$?',
         'while kill -0 "$srun_pid" 2>/dev/null; do status=0; wait "$srun_pid" || status=$?; done',
+        "# warned of the time limit: every rank has saved its step and left; go again",
+        'if [ -n "$time_limit_near" ]; then',
+        '  kill "$backstop" 2>/dev/null || true',
+        '  echo "requeueing: the run saved its step before the time limit"',
+        '  scontrol requeue "$SLURM_JOB_ID" || true  # (|| true: the backstop was first)',
+        "fi",
         'exit "$status"',
         "",
     ]
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class TimeLimitWarning:
+    """How early a Slurm job is warned of its time limit, and why: the save of the
+    model's checkpoint at an assumed write throughput, with margins
+    (training/stopping.py signal_lead_s)."""
+
+    checkpoint_bytes: int
+    write_mb_s: float
+    lead_s: int
+
+    def trap_lines(self) -> list[str]:
+        """The batch script's USR1 trap: ask every rank to save and stop (the run
+        folder's stop file, which rank 0 reads at each step's end), requeue once srun
+        returns; and should the save outlast the warning, requeue a minute before the
+        limit anyway (a job the limit ends is not requeued)."""
+        from ..training.stopping import STOP_FILE, save_seconds
+
+        save_s = save_seconds(self.checkpoint_bytes, self.write_mb_s)
+        backstop = max(self.lead_s - 60, 1)
+        return [
+            f"# the time limit is near (USR1, {self.lead_s} s ahead: the checkpoint is "
+            f"~{self.checkpoint_bytes / 1e9:.3g} GB, ~{save_s:.0f} s",
+            f"# to write at {self.write_mb_s:.0f} MB/s, AWS's sample FSx for Lustre: 1.2 "
+            "TiB at 250 MB/s/TiB;",
+            "# x1.5, plus 120 s for the step in flight; a faster file system can take less):",
+            "# every rank saves its current step and leaves cleanly (the stop file below,",
+            "# which rank 0 looks for at each step's end), then the job is requeued",
+            f'stop_file="$out"/{STOP_FILE}',
+            'rm -f -- "$stop_file"  # a request no earlier attempt lived to act on',
+            "time_limit_near= backstop=",
+            "on_time_limit() {",
+            '  echo "time limit near: every rank saves its step and stops; then requeued"',
+            '  time_limit_near=1; touch -- "$stop_file"',
+            "  # (should the save outlast the warning: requeued before the limit ends the job)",
+            "  ( trap 'kill $! 2>/dev/null; exit 0' TERM",
+            f"    sleep {backstop} & wait $!",
+            '    echo "the save outlasted the warning: requeueing"',
+            '    scontrol requeue "$SLURM_JOB_ID"',
+            "  ) & backstop=$!",
+            "}",
+            "trap on_time_limit USR1",
+        ]
+
+
+def time_limit_warning(spec: RunSpec, on_trn2: bool) -> TimeLimitWarning:
+    """The warning ``spec``'s job needs: its model's checkpoint size, planned as the
+    job will run (the preset a trn2 job resolves to), at the sample FSx throughput."""
+    from ..training.plan import plan_run
+    from ..training.stopping import FSX_SAMPLE_WRITE_MB_S, checkpoint_bytes, signal_lead_s
+
+    device = spec.device if spec.device != "auto" else ("neuron" if on_trn2 else "cpu")
+    nbytes = checkpoint_bytes(plan_run(spec, device_type=device).shape.parameter_count())
+    return TimeLimitWarning(nbytes, FSX_SAMPLE_WRITE_MB_S, signal_lead_s(nbytes))
 
 
 def _k8s_out(spec: RunSpec) -> str:

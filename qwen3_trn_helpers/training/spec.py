@@ -31,6 +31,8 @@ ACTIVATION_CHECKPOINTING = ("none", "selective", "full")
 #: torchtitan 0.3.0's ``ParallelismConfig.spmd_backend`` values (a Literal there; its
 #: default is "spmd_types"); a test compares this tuple with torchtitan's.
 SPMD_BACKENDS = ("spmd_types", "full_dtensor", "partial_dtensor")
+#: torchtitan 0.3.0's ``checkpoint.async_mode`` values (its CheckpointManager.Config)
+CHECKPOINT_ASYNC = ("disabled", "async", "async_with_pinned_mem")
 #: ``resume="auto"``: continue from the latest checkpoint in ``out`` if there is one
 RESUME_AUTO = "auto"
 
@@ -164,6 +166,20 @@ class RunSpec:
     checkpoint_interval: int = _param(
         0, "save a torchtitan checkpoint every N steps (needed for --resume)", non_negative=True
     )
+    checkpoint_async: str = _param(
+        "disabled",
+        "torchtitan's checkpoint.async_mode: async writes each checkpoint in a thread while "
+        "training goes on, async_with_pinned_mem stages it in pinned memory first (CUDA); "
+        "a save on a stop request and the last step's are always waited for",
+        choices=CHECKPOINT_ASYNC,
+    )
+    keep_checkpoints: int = _param(
+        10,
+        "keep the newest N checkpoints, delete older ones (torchtitan's "
+        "checkpoint.keep_latest_k; 0: keep all; at least 2, so a damaged newest one "
+        "falls back to the one before)",
+        non_negative=True,
+    )
     resume: bool | str = _param(
         False,
         "continue the run in --out from its latest complete checkpoint; --resume auto: "
@@ -292,6 +308,12 @@ class RunSpec:
             raise ConfigError("resume needs --out: the folder of the run to continue")
         if self.resume and self.overwrite:
             raise ConfigError("resume continues the run in --out; overwrite would delete it")
+        if self.keep_checkpoints == 1:
+            raise ConfigError(
+                "keep_checkpoints 1 would leave nothing to fall back to while the newest "
+                "checkpoint is written (torchtitan needs 2 or more): pass --keep-checkpoints "
+                "2 or more, or 0 to keep all"
+            )
         if self.rdzv_endpoint is not None:
             split_endpoint(self.rdzv_endpoint)
         if self.neuron_cores is not None:

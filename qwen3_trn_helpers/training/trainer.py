@@ -55,7 +55,7 @@ from .compile import (
 )
 from .patches import Patch
 from .plan import Plan
-from .stopping import StopRequest, agreed
+from .stopping import StopRequest
 
 
 @dataclass(kw_only=True, slots=True)
@@ -172,8 +172,7 @@ class _RunScope:
         """At a step's end: if any rank was told to stop, save this step and end."""
         if self.stop_request is None:
             return
-        device = getattr(self, "device", None)
-        if agreed(self.stop_request.requested, device):
+        if self.stop_request.agree(getattr(self, "device", None)):
             self.stopped_at = self.step  # type: ignore[attr-defined]
             self.checkpointer.save_now = True  # type: ignore[attr-defined]
 
@@ -356,6 +355,11 @@ def trainer_config(
     from .metrics import Qwen3TrnMetrics
 
     init_dir = init_dir or plan.init.folder
+    if plan.spec.checkpoint_async == "async_with_pinned_mem" and plan.device_type != "cuda":
+        raise ConfigError(
+            "--checkpoint-async async_with_pinned_mem stages checkpoints in CUDA's pinned "
+            f"memory, which a {plan.device_type} run has none of: pass --checkpoint-async async"
+        )
     if plan.init.pending and init_dir is None:
         raise ConfigError(
             "init='pretrained' must be turned into a checkpoint folder before training: "
@@ -417,10 +421,13 @@ def trainer_config(
             last_save_model_only=spec.export_hf,
             last_save_in_hf=spec.export_hf,
             exclude_from_loading=["dataloader"] if skip_dataloader_state else [],
+            async_mode=spec.checkpoint_async,  # --checkpoint-async
+            keep_latest_k=spec.keep_checkpoints,  # --keep-checkpoints
         ),
         activation_checkpoint=activation_checkpoint,
         compile=compile_,
-        comm=CommConfig(trace_buf_size=0, mode=comm_mode),
+        # collectives wait longer than any save of this model takes (training/stopping.py)
+        comm=CommConfig(trace_buf_size=0, mode=comm_mode, **save_timeouts(plan)),
         debug=DebugConfig(seed=spec.seed),
         override=OverrideConfig(
             imports=variant.overrides(plan.attention, plan.moe_block_size, spec.moe_impl)
@@ -429,6 +436,18 @@ def trainer_config(
         qwen3_trn=RunOptions(variant=variant.name, device=plan.device_type, settings=settings),
     )
     return trainer.Config(**kwargs, **backend)
+
+
+def save_timeouts(plan: Plan) -> dict[str, int]:
+    """torchtitan's collective timeouts, raised above what a save of ``plan``'s model
+    takes (a save ends in a collective: a multi-minute save must not trip torchtitan's
+    100 s, set after the first step; training/stopping.py collective_timeout_s)."""
+    from .stopping import checkpoint_bytes, collective_timeout_s
+
+    if not plan.spec.checkpoint_interval:
+        return {}
+    timeout = collective_timeout_s(checkpoint_bytes(plan.shape.parameter_count()))
+    return {"train_timeout_seconds": timeout, "init_timeout_seconds": max(300, timeout)}
 
 
 #: spec fields that may differ between the nodes of one job (each node's own business)

@@ -457,6 +457,64 @@ def test_slurm_job_survives_requeue_and_a_killed_rank(tmp_path, one_node):
         assert len(said) == 2, text
 
 
+@pytest.mark.slow
+@pytest.mark.long
+def test_slurm_job_saves_inside_the_time_limit_warning(tmp_path, one_node):
+    """The time-limit warning (Slurm's --signal, sent here by hand with `scancel
+    --signal=USR1 --batch`) mid-run, with a checkpoint interval longer than the run:
+    every rank saves the step it is in and leaves cleanly, the script requeues the job,
+    and the requeued job resumes from the step saved on the warning (it had requeued at
+    once, and the ranks had torchrun's 30 s to save)."""
+    if not slurm_here():
+        if os.environ.get("QWEN3_TRN_REQUIRE_SLURM"):
+            pytest.fail("no Slurm here (scripts/local_slurm.sh start), and CI requires it")
+        pytest.skip("no Slurm here: `scripts/local_slurm.sh start` runs one on this machine")
+    out = tmp_path / "shared" / "warned-run"
+    submit_dir = tmp_path / "submit"
+    submit_dir.mkdir()
+    argv = ["slurm", "--nnodes", "2", "--nproc", "1", "--device", "cpu",
+            "--steps", str(STEPS), "--checkpoint-interval", "100", "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "qwen3_trn_helpers", *argv], capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
+    (submit_dir / "job.sbatch").write_text(proc.stdout)
+    job_id = subprocess.run(
+        ["sbatch", "--parsable", "job.sbatch"], cwd=submit_dir, capture_output=True,
+        text=True, check=True,
+    ).stdout.strip().split(";")[0]  # fmt: skip
+    log = submit_dir / f"qwen3-trn-{job_id}.out"
+    try:
+        wait_for("a first step", lambda: steps_logged(out), job_id, log)
+        subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], check=True)
+        wait_for("the requeue", lambda: job_state(job_id).get("JobState") == "PENDING",
+                 job_id, log)  # fmt: skip
+        warned = json.loads((out / "run.json").read_text())
+        saved = sorted(p.name for p in (out / "checkpoint").iterdir())
+        subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True)
+        state = wait_for(
+            "the job's end",
+            lambda: (s := job_state(job_id)).get("JobState") in ("COMPLETED", "FAILED") and s,
+            job_id, log, timeout=900,
+        )  # fmt: skip
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+    text = log.read_text()
+    assert state == {"JobState": "COMPLETED", "ExitCode": "0:0"}, text
+    assert "time limit near" in text and "requeueing: the run saved its step" in text, text
+    # every rank saved the step it was in and left cleanly (no interval reached it)
+    assert warned["status"] == "stopped", warned
+    stopped_at = warned["steps_completed"]
+    assert 1 <= stopped_at < STEPS and saved == [f"step-{stopped_at}"], (warned, saved)
+    logs = "".join(p.read_text() for p in out.glob("launch-*.log"))
+    assert "failed (exitcode" not in logs, logs[-3000:]  # torchrun restarted nothing
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "completed" and info["resumed_from_step"] == stopped_at, info
+    assert steps_logged(out) == list(range(1, STEPS + 1))  # each step once
+    assert losses(out) == pytest.approx(losses(one_node), abs=5e-4)  # (as the test above)
+    assert not (out / "save-and-stop").exists()
+
+
 # --- the job files ------------------------------------------------------------------------
 
 
@@ -473,7 +531,8 @@ def test_slurm_script_for_trn2(tmp_path):
     assert "export NEURON_RT_ROOT_COMM_ID" not in text and "ulimit -n 65535" in text
     assert "unset NEURON_RT_ROOT_COMM_ID" in text
     # survives: requeue, a signal ahead of the time limit, auto-resume at a stated interval
-    assert "#SBATCH --requeue" in text and "#SBATCH --signal=B:USR1@300" in text
+    # (the warning's lead time comes from the 4B checkpoint: test_checkpoint_recovery.py)
+    assert "#SBATCH --requeue" in text and "#SBATCH --signal=B:USR1@420" in text
     assert 'scontrol requeue "$SLURM_JOB_ID"' in text
     # sbatch from any folder: the log where sbatch runs, --out made by the script
     sbatch = [ln for ln in text.splitlines() if ln.startswith("#SBATCH")]
