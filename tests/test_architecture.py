@@ -25,7 +25,7 @@ LAYERS = [
     {"training"},  # what torchtitan builds: spec, trainer, patches, metrics, memory
     {"runs"},  # how a run executes: here, through torchrun, children, its folder
     {"lessons", "planner"},  # what the notebooks show; the layout planner (plan)
-    {"cli", "config_registry", "smoke", "wheelhouse", "__init__", "__main__"},
+    {"cli", "commands", "config_registry", "smoke", "wheelhouse", "__init__", "__main__"},
 ]
 
 
