@@ -79,6 +79,7 @@ def neuron_rank_environment(env: dict[str, str], neuron_cores: str | None = None
       package cache's, so every launch on this node reuses what earlier ones compiled
       (training/compile.py).
     """
+    from ..device import DEVICES
     from ..training.compile import (
         NEFF_CACHE_LOCK_TIMEOUT_S,
         NEFF_CACHE_LOCK_TIMEOUT_VAR,
@@ -88,7 +89,7 @@ def neuron_rank_environment(env: dict[str, str], neuron_cores: str | None = None
     env = dict(env)
     env.setdefault("NEURON_LOGICAL_NC_CONFIG", str(DEFAULT_LNC))
     env.setdefault(NEFF_CACHE_LOCK_TIMEOUT_VAR, str(NEFF_CACHE_LOCK_TIMEOUT_S))
-    use_package_caches("neuron", env)
+    use_package_caches(DEVICES["neuron"], env)
     visible = env.pop("NEURON_RT_VISIBLE_CORES", None)
     if visible:
         where = (

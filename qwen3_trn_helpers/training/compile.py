@@ -53,13 +53,13 @@ def compile_backend(device: Device | str) -> str:
     return as_device(device).compile_backend
 
 
-def compile_config(enable: bool, device: Device | str):
+def compile_config(enable: bool, device: Device):
     """torchtitan's ``CompileConfig`` for a run (disabled: torchtitan's default)."""
     from torchtitan.config import CompileConfig
 
     if not enable:
         return CompileConfig()
-    return CompileConfig(enable=True, components=list(COMPONENTS), backend=compile_backend(device))
+    return CompileConfig(enable=True, components=list(COMPONENTS), backend=device.compile_backend)
 
 
 def inductor_cache_dir() -> Path:
@@ -87,7 +87,7 @@ def _torchs_default(var: str) -> str | None:
 
 
 def use_package_caches(
-    device: Device | str, environ: dict[str, str] | os._Environ | None = None
+    device: Device, environ: dict[str, str] | os._Environ | None = None
 ) -> dict[str, str]:
     """Point the compile cache of ``device`` at the package cache folder.
 
@@ -99,7 +99,7 @@ def use_package_caches(
     environ = os.environ if environ is None else environ
     var, folder = (
         (NEFF_CACHE_VAR, neff_cache_dir)
-        if as_device(device).is_trn2
+        if device.is_trn2
         else (INDUCTOR_CACHE_VAR, inductor_cache_dir)
     )
     if environ.get(var) and environ[var] != _torchs_default(var):
@@ -108,10 +108,10 @@ def use_package_caches(
     return {var: environ[var]}
 
 
-def compile_cache_folder(device: Device | str) -> tuple[str, Path] | None:
+def compile_cache_folder(device: Device) -> tuple[str, Path] | None:
     """The compile cache a run on ``device`` uses: (its variable, its folder), once
     :func:`use_package_caches` (or the user) set it; None where nothing set it."""
-    var = NEFF_CACHE_VAR if as_device(device).is_trn2 else INDUCTOR_CACHE_VAR
+    var = NEFF_CACHE_VAR if device.is_trn2 else INDUCTOR_CACHE_VAR
     return (var, Path(os.environ[var]).expanduser()) if os.environ.get(var) else None
 
 
@@ -194,7 +194,7 @@ def keep_dynamo_settings():
     return dynamo_config.patch({name: getattr(dynamo_config, name) for name in DYNAMO_SETTINGS})
 
 
-def static_shapes(device: Device | str):
+def static_shapes(device: Device):
     """A scope in which dynamo never makes a size symbolic by itself, on neuron.
 
     By default dynamo recompiles a graph whose input size changed with that size made
@@ -207,7 +207,7 @@ def static_shapes(device: Device | str):
 
     import torch._dynamo.config as dynamo_config
 
-    if not as_device(device).is_trn2:
+    if not device.is_trn2:
         return contextlib.nullcontext()
     return dynamo_config.patch(automatic_dynamic_shapes=False)
 

@@ -341,6 +341,51 @@ def _torchrun_world() -> tuple[int, int] | None:
     return per_node, max(world // per_node, 1)
 
 
+def check_launch(
+    spec: RunSpec,
+    device: Device,
+    nproc: int,
+    nnodes: int,
+    *,
+    here: bool,
+    launched: tuple[int, int] | None,
+) -> str | None:
+    """What a launch needs, checked in planning (one line each, before anything
+    starts): a folder for several ranks, a rendezvous endpoint for several nodes, and
+    the NeuronCores the ranks take (``--neuron-cores``, else a class's share of this
+    trn2: its first ``nproc`` cores), which it returns."""
+    if here and nproc * nnodes > 1 and spec.out is None:
+        raise ConfigError(
+            f"a {nproc * nnodes}-rank run needs --out: every rank must write to one folder"
+        )
+    if here and launched is None and nnodes > 1 and spec.rdzv_endpoint is None:
+        raise ConfigError(
+            f"a job on {nnodes} nodes needs --rdzv-endpoint HOST:PORT, the same on "
+            "every node: an address of one of them (the first) that the others reach"
+        )
+    neuron_cores = spec.neuron_cores
+    if here and device.is_trn2:  # a class's share of this trn2: its first nproc cores
+        from .class_share import with_class_slice
+
+        neuron_cores = with_class_slice(spec.replace(nproc=nproc)).neuron_cores
+    if spec.neuron_cores is not None:
+        if not device.is_trn2:
+            raise ConfigError(
+                f"neuron_cores {spec.neuron_cores} chooses NeuronCores on a trn2, but this "
+                f"run trains on {device.type!r}; drop --neuron-cores (or run it on trn2)"
+            )
+        from ..trn2 import core_slice
+
+        cores = core_slice(spec.neuron_cores)  # (a valid slice: the spec checked its text)
+        if len(cores) != nproc:
+            raise ConfigError(
+                f"neuron_cores {spec.neuron_cores} holds {len(cores)} cores but the run "
+                f"starts {nproc} rank(s) per node, one core each: give "
+                f"{cores.start}-{cores.start + nproc - 1} or --nproc {len(cores)}"
+            )
+    return neuron_cores
+
+
 def plan_run(
     spec: RunSpec, *, device_type: Device | str | None = None, shape: Qwen3Shape | None = None
 ) -> Plan:
@@ -421,7 +466,7 @@ def plan_run(
     attention = device.default_attention if spec.attention == "auto" else spec.attention
     if attention == "flex" and not device.is_cuda:
         raise ConfigError(
-            f"attention 'flex' (FlexAttention) trains on CUDA only, not {device!r}; use "
+            f"attention 'flex' (FlexAttention) trains on CUDA only, not {device.type!r}; use "
             "--attention document or causal"
         )
     if attention == "document" and device.is_trn2 and spec.compile:
@@ -471,35 +516,7 @@ def plan_run(
     if shape.is_moe and spec.moe_impl == "blockwise":
         moe_block = preset.moe_block_size or (256 if device.is_trn2 else 64)
 
-    if here and nproc * nnodes > 1 and spec.out is None:
-        raise ConfigError(
-            f"a {nproc * nnodes}-rank run needs --out: every rank must write to one folder"
-        )
-    if here and launched is None and nnodes > 1 and spec.rdzv_endpoint is None:
-        raise ConfigError(
-            f"a job on {nnodes} nodes needs --rdzv-endpoint HOST:PORT, the same on "
-            "every node: an address of one of them (the first) that the others reach"
-        )
-    neuron_cores = spec.neuron_cores
-    if here and device.is_trn2:  # a class's share of this trn2: its first nproc cores
-        from .class_share import with_class_slice
-
-        neuron_cores = with_class_slice(spec.replace(nproc=nproc)).neuron_cores
-    if spec.neuron_cores is not None:
-        if not device.is_trn2:
-            raise ConfigError(
-                f"neuron_cores {spec.neuron_cores} chooses NeuronCores on a trn2, but this "
-                f"run trains on {device!r}; drop --neuron-cores (or run it on trn2)"
-            )
-        from ..trn2 import core_slice
-
-        cores = core_slice(spec.neuron_cores)  # (a valid slice: the spec checked its text)
-        if len(cores) != nproc:
-            raise ConfigError(
-                f"neuron_cores {spec.neuron_cores} holds {len(cores)} cores but the run "
-                f"starts {nproc} rank(s) per node, one core each: give "
-                f"{cores.start}-{cores.start + nproc - 1} or --nproc {len(cores)}"
-            )
+    neuron_cores = check_launch(spec, device, nproc, nnodes, here=here, launched=launched)
 
     if spec.global_batch_size is not None:
         per_microbatch = spec.local_batch_size * layout.world // layout.tp
