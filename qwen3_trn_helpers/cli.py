@@ -17,7 +17,7 @@ from dataclasses import MISSING, fields
 from typing import Any
 
 from .assets import hub_offline
-from .errors import ConfigError, Qwen3TrnError, RunFolderError, Terminated, terminate_on_sigterm
+from .errors import Qwen3TrnError, Terminated, terminate_on_sigterm
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -93,6 +93,7 @@ REPRODUCE_FIELDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """``qwen3-trn``'s parser: one ``add_*_parser`` function per command, in help order."""
     parser = _Parser(prog="qwen3-trn", description=__doc__.splitlines()[0])
     debug = argparse.ArgumentParser(add_help=False)
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -102,12 +103,37 @@ def build_parser() -> argparse.ArgumentParser:
     quiet = argparse.ArgumentParser(add_help=False)
     quiet.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    add_train_parser(sub, debug, quiet)
+    add_reproduce_parser(sub, debug, quiet)
+    add_parity_parser(sub, debug)
+    add_dry_run_parser(sub, debug)
+    add_plan_parser(sub, debug)
+    add_smoke_parser(sub, debug)
+    slurm = add_slurm_parser(sub, debug)
+    k8s = add_k8s_parser(sub, debug)
+    add_data_parser(sub, debug, quiet)
+    add_job_flags(slurm, k8s)
+    add_doctor_parser(sub, debug)
+    add_assets_parser(sub, debug)
+    add_wheelhouse_parser(sub, debug)
+    return parser
+
+
+def add_train_parser(
+    sub: Any, debug: argparse.ArgumentParser, quiet: argparse.ArgumentParser
+) -> None:
+    """``qwen3-trn train``: every RunSpec field as a flag."""
     train = sub.add_parser(
         "train", parents=[debug, quiet], help="train N steps; writes metrics.jsonl and loss.png"
     )
     add_spec_arguments(train)
     train.add_argument("--verbose", action="store_true", help="show torchtitan's log")
 
+
+def add_reproduce_parser(
+    sub: Any, debug: argparse.ArgumentParser, quiet: argparse.ArgumentParser
+) -> None:
+    """``qwen3-trn reproduce``: AWS's 10-step experiment."""
     repro = sub.add_parser(
         "reproduce",
         parents=[debug, quiet],
@@ -123,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
         "and data, and show both stacks' step-1 losses",
     )
 
+
+def add_parity_parser(sub: Any, debug: argparse.ArgumentParser) -> None:
+    """``qwen3-trn parity``: one checkpoint's logits three ways."""
     parity = sub.add_parser(
         "parity",
         parents=[debug],
@@ -136,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--tolerance", type=lambda t: _number(float, 0, t), default=1e-4, help="max |diff|"
     )
 
+
+def add_dry_run_parser(sub: Any, debug: argparse.ArgumentParser) -> None:
+    """``qwen3-trn dry-run``: a preset built at full size on fake ranks."""
     dry = sub.add_parser(
         "dry-run",
         parents=[debug],
@@ -154,8 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="build only this many layers (same layout; a quick check of a big preset)",
     )
 
-    add_plan_parser(sub, debug)
 
+def add_smoke_parser(sub: Any, debug: argparse.ArgumentParser) -> None:
+    """``qwen3-trn smoke``: the trn2 ladder."""
     smoke = sub.add_parser(
         "smoke",
         parents=[debug],
@@ -170,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     # on several nodes (the same command on each): the collectives rung across them
     add_spec_arguments(smoke, ("nnodes", "rdzv_endpoint", "rdzv_timeout"))
 
+
+def add_slurm_parser(sub: Any, debug: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``qwen3-trn slurm``: a Slurm batch script (any train flag)."""
     slurm = sub.add_parser(
         "slurm",
         parents=[debug],
@@ -183,6 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run every node's steps in this image with Pyxis (srun --container-image; "
         "docker/Dockerfile's image, named as enroot does: REGISTRY#NAME:TAG)",
     )
+    return slurm
+
+
+def add_k8s_parser(sub: Any, debug: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``qwen3-trn k8s``: Kubernetes manifests (any train flag)."""
     k8s = sub.add_parser(
         "k8s",
         parents=[debug],
@@ -211,9 +252,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="EFA interfaces each trn2 pod requests (default: 16, all of a trn2.48xlarge's)",
     )
+    return k8s
 
-    add_data_parser(sub, debug, quiet)
-    for job in (slurm, k8s):
+
+def add_job_flags(*jobs: argparse.ArgumentParser) -> None:
+    """What every job file's command takes (slurm, k8s)."""
+    for job in jobs:
         # a job file states its length: no silent default of a few steps on a cluster
         job.set_defaults(steps=None)
         job.add_argument(
@@ -224,7 +268,14 @@ def build_parser() -> argparse.ArgumentParser:
             "'qwen3-trn data prepare')",
         )
 
+
+def add_doctor_parser(sub: Any, debug: argparse.ArgumentParser) -> None:
+    """``qwen3-trn doctor``: what this machine offers."""
     sub.add_parser("doctor", parents=[debug], help="what this machine offers for training")
+
+
+def add_assets_parser(sub: Any, debug: argparse.ArgumentParser) -> None:
+    """``qwen3-trn assets``: the offline tokenizer, corpus and checkpoints."""
     assets = sub.add_parser(
         "assets", parents=[debug], help="build and verify the offline tokenizer and corpus"
     )
@@ -239,6 +290,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="also download a preset's published weights from the hub (trn2: 4b, 30b-a3b)",
     )
+
+
+def add_wheelhouse_parser(sub: Any, debug: argparse.ArgumentParser) -> None:
+    """``qwen3-trn wheelhouse``: every wheel a laptop needs offline."""
     house = sub.add_parser(
         "wheelhouse",
         parents=[debug],
@@ -280,7 +335,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="leave out the local 'published' checkpoints (laptops then pretrain them, ~1.5 min)",
     )
-    return parser
 
 
 def add_data_parser(
@@ -376,9 +430,10 @@ def add_plan_parser(sub: Any, debug: argparse.ArgumentParser) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    from .commands import plan_needs_hub
     from .planner.report import plan_command
 
-    on_hub = args.measure and args.device == "neuron" and args.machine in (None, "trn2", "trn2u")
+    on_hub = plan_needs_hub(args.measure, args.device, args.machine)
     args.scope.enter_context(hub_offline(not on_hub))
     text, ok = plan_command(args)
     print(text)
@@ -386,21 +441,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .lessons.plots import save_loss_plot
-    from .runs.neuron_cores import confine_rank_to_its_core
-    from .runs.reporter import Reporter
-    from .runs.run import run
-    from .training.ranks import launched_by_torchrun, rank
+    from .commands import save_train_plot, train
+    from .training.ranks import rank
 
     spec = spec_from_args(args)
-    if launched_by_torchrun() and spec.neuron_cores is not None:
-        confine_rank_to_its_core(spec)  # before torch (and torch-neuronx) is imported
-    if args.verbose:
-        from torchtitan.tools.logging import init_logger
-
-        init_logger()
-    reporter = Reporter(progress=not args.no_progress, verbose=args.verbose, echo_launch=True)
-    result = run(spec, reporter=reporter)
+    result = train(spec, progress=not args.no_progress, verbose=args.verbose)
     if rank() != 0:
         return 0
     if not result.metrics:  # a node of several without the shared folder rank 0 wrote
@@ -420,38 +465,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
             "saved, --resume auto continues from it"
         )
     if result.writer:  # on several nodes sharing --out: only rank 0's node
-        png = result.out / "loss.png"
-        try:
-            save_loss_plot(
-                {f"{spec.variant} / {args.init}": result.metrics},
-                png,
-                title=f"Qwen3 {spec.variant}, {spec.preset or 'default preset'}",
-            )
-        except OSError as e:
-            png.unlink(missing_ok=True)  # never a half-written picture
-            raise RunFolderError(
-                f"the run completed and metrics.jsonl holds every step, but {png} could not "
-                f"be written ({e.strerror or e}); free disk space and plot it from the "
-                "metrics (qwen3_trn_helpers.lessons.plots.save_loss_plot)"
-            ) from None
-        print(f"plot:    {png}")
+        print(f"plot:    {save_train_plot(result, spec, args.init)}")
     return 0
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    from .device import resolve_device
     from .lessons.reproduction import reproduce
     from .tables import Table
 
     spec = spec_from_args(args)
     # (each of reproduce's runs turns the hub off itself when it does not need it)
     if args.stack == "torchtitan-neuron":
-        from .training.plan import plan_run
+        from .commands import fork_needs_hub
 
-        fork_run = plan_run(
-            spec.replace(init="pretrained"), device_type=resolve_device(spec.device)
-        )
-        args.scope.enter_context(hub_offline(not fork_run.needs_hub))
+        args.scope.enter_context(hub_offline(not fork_needs_hub(spec)))
         from .lessons.aws_stack import reproduce_on_fork
 
         result = reproduce_on_fork(spec)
@@ -496,45 +523,14 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
     return 0 if report.fits else EXIT_FAILED
 
 
-def _job_spec(args: argparse.Namespace, *, pod_paths: bool = False):
-    """The spec a job file runs, planned for the nodes it will run on (checks included).
+def _job(args: argparse.Namespace, *, pod_paths: bool = False):
+    """The job a job file runs, planned for its nodes (runs/jobs.py)."""
+    from .runs.jobs import plan_job
 
-    ``pod_paths``: the paths name files in the job's pods (k8s), not on this machine:
-    they must be absolute, and are not looked for here (a Slurm script is written on
-    the cluster, whose files are checked here and again on each node).
-    """
-    from .device import resolve_device
-    from .runs.schedulers import pod_path_free, refuse_control_characters
-    from .training.plan import on_trn2, plan_run
-
-    if args.steps is None:
-        raise ConfigError(
-            f"a job file needs --steps N (how long the job trains); e.g. qwen3-trn "
-            f"{args.command} --steps 1000 ..."
-        )
     spec = spec_from_args(args) if not pod_paths else _spec_as_given(args)
-    # before anything reads a file: a newline in a path must not reach an error line
-    # or a job file
-    refuse_control_characters(spec, {"the working folder": os.getcwd()})
-    planned = pod_path_free(spec) if pod_paths else spec
-    target = resolve_device(spec.device) if spec.device == "auto" else spec.device
-    if target == "neuron" and spec.nproc == 1:  # a trn2 node's ranks: one per NeuronCore
-        spec = spec.replace(nproc=on_trn2(spec).nproc)
-        planned = planned.replace(nproc=spec.nproc)
-    # every input checked as the nodes will see it (preset, layout, memory), here
-    plan = plan_run(planned, device_type=target)
-    if plan.corpus_streams and spec.nnodes > 1 and not args.allow_hub_corpus:
-        raise ConfigError(
-            f"corpus {plan.corpus!r} streams from the Hugging Face hub on every rank of "
-            f"{spec.nnodes} nodes (compute subnets often have no internet); prepare it once "
-            f"on shared storage with 'qwen3-trn data prepare --corpus {plan.corpus} --out "
-            "DIR --max-tokens N' and pass --corpus DIR, or pass --allow-hub-corpus"
-        )
-    if target == "neuron":
-        from .runs.run import warn_thin_slack
-
-        warn_thin_slack(plan)
-    return spec, target == "neuron"
+    return plan_job(
+        spec, command=args.command, allow_hub_corpus=args.allow_hub_corpus, pod_paths=pod_paths
+    )
 
 
 def _spec_as_given(args: argparse.Namespace):
@@ -546,26 +542,21 @@ def _spec_as_given(args: argparse.Namespace):
 
 
 def _cmd_slurm(args: argparse.Namespace) -> int:
-    from .runs.schedulers import slurm_script
+    from .runs.jobs import slurm_job
 
-    spec, on_trn2 = _job_spec(args)
-    print(slurm_script(spec, on_trn2=on_trn2, container_image=args.container_image), end="")
+    print(slurm_job(_job(args), container_image=args.container_image), end="")
     return 0
 
 
 def _cmd_k8s(args: argparse.Namespace) -> int:
     import yaml
 
-    from .runs.schedulers import pytorchjob_manifest, trainjob_manifests
+    from .runs.jobs import k8s_job
 
-    spec, on_trn2 = _job_spec(args, pod_paths=True)
-    options = dict(
-        on_trn2=on_trn2, image=args.image, name=args.name, efa=args.efa, namespace=args.namespace
-    )
-    if args.api == "pytorchjob":
-        docs = [pytorchjob_manifest(spec, **options)]
-    else:
-        docs = trainjob_manifests(spec, **options)
+    docs = k8s_job(
+        _job(args, pod_paths=True), api=args.api, image=args.image, name=args.name,
+        efa=args.efa, namespace=args.namespace,
+    )  # fmt: skip
     print(yaml.safe_dump_all(docs, sort_keys=False), end="")
     return 0
 
@@ -612,46 +603,13 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from .cpu_peak import cpu_matmul_peak
+    from .commands import doctor_notes
     from .device import device_report
-    from .stack import torchtitan_stack
 
     report = device_report()
     print(report)
-    warning = torchtitan_stack().warning
-    if warning:
-        print(f"\nwarning: {warning}")
-    from .runs.neuron_cores import CLASS_SLICE_ENV, with_class_slice
-    from .training.spec import RunSpec
-
-    share = os.environ.get(CLASS_SLICE_ENV)
-    if share:
-        first = with_class_slice(RunSpec()).neuron_cores  # a bad share: one error line
-        print(
-            f"\nyour share of this trn2: NeuronCores {share} ({CLASS_SLICE_ENV}); a one-rank "
-            f"run takes core {first.partition('-')[0]}, an N-rank run the first N"
-        )
-    from .without_triton import PTH_LINE, pth_path, triton_importable
-
-    if not triton_importable():
-        hook = pth_path()
-        print(
-            f"\ntriton cannot be imported here (PyPI has Linux wheels only): qwen3-trn, run() and "
-            "the notebooks train every variant without it. torchtitan's own entry point "
-            f"(python -m torchtitan.train) needs the start-up hook {hook}: "
-            + (
-                "present"
-                if hook.exists()
-                else f"missing; scripts/setup.sh writes it ({PTH_LINE.strip()})"
-            )
-        )
-    if not report.on_trainium:
-        gflops = cpu_matmul_peak() / 1e9
-        print(f"\nmeasured bf16 matmul peak of this CPU: {gflops:,.0f} GFLOP/s (2048^3, 3 runs)")
-        print(
-            "No Trainium here: the notebooks train the tiny presets on this machine and "
-            "explain the trn2 cells; `qwen3-trn dry-run` builds the trn2 layouts on a CPU."
-        )
+    for note in doctor_notes(report.on_trainium):
+        print(note)
     return 0
 
 

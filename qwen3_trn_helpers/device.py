@@ -120,6 +120,77 @@ def resolve_device(requested: str = "auto") -> str:
     raise DeviceError(f"device {requested!r} requested but this machine has {detected!r}")
 
 
+@dataclass(frozen=True)
+class Device:
+    """A device type, decided once (in planning) with what every layer asks of it.
+
+    Why: torchtitan, nanoGPT and nanochat each decide their device once and then use an
+    object; comparing ``"neuron"`` and ``"cpu"`` strings in every layer had spread to 16
+    files. Planning resolves one :class:`Device` and carries it on the Plan; the rest ask
+    it (``device.is_trn2``, ``device.compile_backend``). :data:`DEVICES` holds the ones
+    this course trains on; :func:`as_device` is the only place a name becomes one.
+
+    Cheap: no torch until :attr:`torch_device` or :attr:`module` is asked, so a plan
+    for a trn2 resolved on a laptop holds one too.
+    """
+
+    type: str  # torch's device type: "cpu", "cuda", "neuron" (or a lesson's own, "toy")
+    process_group_backend: str  # torch.distributed's backend for its ranks
+    compile_backend: str  # torch.compile's backend (inductor; torch-neuronx's "neuron")
+    default_attention: str = "document"  # what --attention auto trains with here
+    is_trn2: bool = False  # a NeuronCore: launched runs, HBM checks, the NEFF cache
+    is_cpu: bool = False  # the host: gloo, RSS memory figures, free-memory checks
+    is_cuda: bool = False  # FlexAttention's only trainer
+
+    def __str__(self) -> str:
+        return self.type
+
+    @property
+    def torch_device(self) -> Any:
+        """``torch.device(type)`` (imports torch)."""
+        import torch
+
+        return torch.device(self.type)
+
+    @property
+    def module(self) -> Any:
+        """The ``torch.cuda``-like module torchtitan talks to: ``torch.neuron``,
+        ``torch.cuda``, and on the host :data:`CPU_DEVICE_MODULE` (``torch.cpu`` lacks
+        the memory statistics torchtitan's metrics call). Imports torch."""
+        import torch
+
+        return CPU_DEVICE_MODULE if self.is_cpu else getattr(torch, self.type)
+
+
+#: the devices this course trains on (TorchNeuron registers "neuron" as both its
+#: device and its process-group backend: torch-neuronx's distributed/backend.py)
+DEVICES: dict[str, Device] = {
+    "cpu": Device("cpu", "gloo", "inductor", "document", is_cpu=True),
+    "cuda": Device("cuda", "nccl", "inductor", "flex", is_cuda=True),
+    "neuron": Device("neuron", "neuron", "neuron", "causal", is_trn2=True),
+}
+
+
+def as_device(device: Device | str) -> Device:
+    """``device`` as a :class:`Device`: a name looked up in :data:`DEVICES` (another
+    accelerator a lesson registers, such as ``toy``: inductor, its own process-group
+    backend name), a Device as it is."""
+    if isinstance(device, Device):
+        return device
+    return DEVICES.get(device) or Device(device, device, "inductor")
+
+
+def resolve(requested: str = "auto") -> Device:
+    """:func:`resolve_device`'s answer as a :class:`Device`."""
+    return as_device(resolve_device(requested))
+
+
+def device_elsewhere(requested: str) -> Device:
+    """The device a run planned here for other machines (a cluster job's nodes) uses:
+    ``auto`` is this machine's; a device named is the nodes', not looked for here."""
+    return resolve(requested) if requested == "auto" else as_device(requested)
+
+
 #: ``ru_maxrss`` is in KiB on Linux and in bytes on macOS (getrusage(2) on each)
 RU_MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024
 

@@ -177,21 +177,21 @@ def steady_state(values: Sequence[float], warmup: int = 3) -> float:
 
 def compile_settings() -> list[dict[str, str]]:
     """What ``--compile`` sets here and on a trn2: backend, cache variable and folder."""
-    from ..device import detect_device_type
+    from ..device import DEVICES, resolve
     from ..training import compile as tc
 
     rows = []
-    for where, device in (("here", detect_device_type()), ("trn2", "neuron")):
+    for where, device in (("here", resolve()), ("trn2", DEVICES["neuron"])):
         var, folder = (
             (tc.NEFF_CACHE_VAR, tc.neff_cache_dir())
-            if device == "neuron"
+            if device.is_trn2
             else (tc.INDUCTOR_CACHE_VAR, tc.inductor_cache_dir())
         )
         rows.append(
             {
                 "where": where,
-                "device": device,
-                "backend": tc.compile_backend(device),
+                "device": device.type,
+                "backend": device.compile_backend,
                 "compiled": ", ".join(tc.COMPONENTS),
                 "cache variable": var,
                 "default cache folder": str(folder).replace(str(Path.home()), "~"),

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..device import Device, as_device
 from ..model.shapes import VOCAB_SIZE
 from ..training.metrics_file import strict_json
 from ..training.plan import on_trn2, plan_run
@@ -29,7 +30,7 @@ INITS = ("pretrained", "random")
 LN_VOCAB = math.log(VOCAB_SIZE)
 
 
-def reproduction_specs(spec: RunSpec, device_type: str) -> dict[str, RunSpec]:
+def reproduction_specs(spec: RunSpec, device: Device | str) -> dict[str, RunSpec]:
     """Both runs of the experiment: the same spec but for ``init``.
 
     On trn2 a full-size preset is launched on its world size (64 ranks) unless ``nproc``
@@ -37,10 +38,10 @@ def reproduction_specs(spec: RunSpec, device_type: str) -> dict[str, RunSpec]:
     sequence length, checkpointing and data.
     """
     base = spec.replace(local_batch_size=1, init="random")
-    if device_type == "neuron":
+    if as_device(device).is_trn2:
         base = on_trn2(base)
     else:  # the preset this machine runs, written out
-        base = base.replace(preset=plan_run(base, device_type=device_type).preset.name)
+        base = base.replace(preset=plan_run(base, device_type=device).preset.name)
     out = Path(spec.out or f"runs/reproduce-{time.strftime('%Y%m%d-%H%M%S')}")
     return {
         init: base.replace(init=init, out=str(out / init), overwrite=spec.overwrite)

@@ -33,6 +33,7 @@ from torch.distributed.tensor import DTensor
 from torchtitan.config.override import derive, override
 from torchtitan.models.common.moe import RoutedExperts
 
+from ..device import Device, as_device
 from ..trn2 import lnc_from_env
 
 BACKENDS = ("auto", "reference", "nki")
@@ -61,14 +62,14 @@ def kernel_rejects(hidden: int, intermediate: int, block_size: int, lnc: int) ->
 
 
 def select_backend(
-    requested: str, device_type: str, hidden: int, intermediate: int, block_size: int
+    requested: str, device: Device | str, hidden: int, intermediate: int, block_size: int
 ) -> tuple[str, str | None]:
     """("nki" or "reference", the notice to show when "auto" could not use the kernels)."""
     if requested not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {requested!r}")
     if requested != "auto":
         return requested, None
-    if device_type != "neuron":
+    if not as_device(device).is_trn2:  # (the kernels are NeuronCore code)
         return "reference", None
     reason = kernel_rejects(hidden, intermediate, block_size, lnc_from_env())
     if reason is None:

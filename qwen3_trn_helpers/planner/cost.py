@@ -47,6 +47,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..device import DEVICES, Device, as_device
 from ..model.shapes import Qwen3Shape, active_parameter_count
 from ..trn2 import (
     EFA_GBIT_S_PER_NODE,
@@ -104,7 +105,7 @@ class Machine:
 
     key: str  # --machine
     name: str
-    device_type: str  # the torch device a run on it uses
+    device: Device  # the torch device a run on it uses
     ranks_per_node: int  # torchrun ranks per node (one node = one instance)
     ranks_per_chip: int  # TP stays inside this many ranks
     peak_tflops: float  # dense bf16, per rank
@@ -118,6 +119,10 @@ class Machine:
     max_nodes: int = MAX_NODES
     calibrated: str | None = None  # the calibration file whose efficiency this uses
     sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def device_type(self) -> str:
+        return self.device.type
 
     def mfu_efficiency(self, compiled: bool) -> float:
         mode = "compiled" if compiled else "eager"
@@ -170,7 +175,7 @@ def _h100(key: str, name: str, hbm_gib: float, inter_gb_s: float, hbm_source: st
     return Machine(
         key=key,
         name=name,
-        device_type="cuda",
+        device=DEVICES["cuda"],
         ranks_per_node=8,
         ranks_per_chip=8,  # TP over the node's NVLink
         peak_tflops=H100_TFLOPS,
@@ -203,7 +208,7 @@ def trn2_machine(lnc: int, *, ultraserver: bool = False) -> Machine:
             if ultraserver
             else f"trn2.48xlarge, LNC {lnc}"
         ),  # fmt: skip
-        device_type="neuron",
+        device=DEVICES["neuron"],
         ranks_per_node=topo.logical_cores,
         ranks_per_chip=topo.cores_per_chip,
         peak_tflops=topo.peak_tflops_per_core,
@@ -237,7 +242,7 @@ def cpu_machine(ranks: int, peak_flops: float) -> Machine:
     return Machine(
         key="cpu",
         name=f"this CPU, {ranks} rank(s)",
-        device_type="cpu",
+        device=DEVICES["cpu"],
         ranks_per_node=ranks,
         ranks_per_chip=ranks,
         peak_tflops=peak_flops / 1e12 / ranks,
@@ -259,6 +264,15 @@ def cpu_machine(ranks: int, peak_flops: float) -> Machine:
             "latency": "assumed",
         },
     )
+
+
+#: the --machine key of this machine's CPU (a catalogue key, not a device name)
+CPU_MACHINE = "cpu"
+
+
+def default_machine_key(device: Device | str) -> str:
+    """The machine ``--device`` plans for without ``--machine``: this CPU, else a trn2."""
+    return CPU_MACHINE if as_device(device).is_cpu else "trn2"
 
 
 #: --machine choices, each described in one line (the CLI's help)
@@ -296,7 +310,7 @@ def get_machine(key: str, *, nproc: int | None = None, lnc: int | None = None) -
         machine = replace(machine, efficiency_source=(
             "the H100 fit carried over: the same GH100 die and 989 dense TFLOPS "
             "(H200 datasheet); " + H100_EFFICIENCY_SOURCE))  # fmt: skip
-    elif key == "cpu":
+    elif key == CPU_MACHINE:
         from ..cpu_peak import cpu_matmul_peak
 
         machine = cpu_machine(nproc or 1, cpu_matmul_peak())
@@ -316,7 +330,7 @@ def calibration_path() -> Path:
 
 def calibration_key(machine: Machine, compiled: bool) -> str:
     """A calibration holds one efficiency per machine (and rank count on a CPU) and mode."""
-    ranks = f"/{machine.ranks_per_node}" if machine.device_type == "cpu" else ""
+    ranks = f"/{machine.ranks_per_node}" if machine.device.is_cpu else ""
     return f"{machine.key}{ranks}/{'compiled' if compiled else 'eager'}"
 
 
@@ -344,7 +358,7 @@ def apply_calibration(machine: Machine) -> Machine:
     # keeps the one it used
     return replace(
         machine,
-        peak_tflops=peak if machine.device_type == "cpu" and peak else machine.peak_tflops,
+        peak_tflops=peak if machine.device.is_cpu and peak else machine.peak_tflops,
         efficiency={**machine.efficiency, **measured},
         efficiency_source=f"measured by plan --measure ({path}): {', '.join(measured)}",
         calibrated=str(path),

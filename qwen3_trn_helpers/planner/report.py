@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from ..errors import ConfigError
+from .cost import CPU_MACHINE, default_machine_key
 
 #: the most ranks a CPU plan may start per core (gloo ranks beyond that only wait)
 CPU_RANKS_PER_CORE = 1
@@ -14,12 +15,12 @@ CPU_RANKS_PER_CORE = 1
 
 def check_arguments(args: argparse.Namespace, machine_key: str) -> None:
     """Refuse what this machine or the model cannot have, in one line naming the limit."""
-    if args.nproc is not None and machine_key != "cpu":
+    if args.nproc is not None and machine_key != CPU_MACHINE:
         raise ConfigError(
             "--nproc sets a CPU plan's ranks; a trn2 plan has one rank per logical core "
             "(64 at LNC 2): drop --nproc, or plan --machine cpu"
         )
-    if machine_key == "cpu" and args.nproc is not None:
+    if machine_key == CPU_MACHINE and args.nproc is not None:
         cores = os.cpu_count() or 1
         if args.nproc > cores * CPU_RANKS_PER_CORE:
             raise ConfigError(
@@ -32,10 +33,10 @@ def check_arguments(args: argparse.Namespace, machine_key: str) -> None:
             "--nodes 1 (the layout inside a node), or run the printed slurm command"
         )
     if args.measure and machine_key in ("trn2", "trn2u"):
-        from ..device import resolve_device
+        from ..device import resolve
 
-        here = resolve_device("auto")
-        if here != "neuron":
+        here = resolve()
+        if not here.is_trn2:
             raise ConfigError(
                 f"plan --measure trains the candidates on this machine, which has no "
                 f"NeuronCores ({here}); run it on a trn2 node, or measure a CPU plan here "
@@ -57,7 +58,7 @@ def plan_command(args: argparse.Namespace) -> tuple[str, bool]:
     from .models import load_model
     from .search import plan_given_layout, plan_layouts
 
-    machine_key = args.machine or ("cpu" if args.device == "cpu" else "trn2")
+    machine_key = args.machine or default_machine_key(args.device)
     check_arguments(args, machine_key)
     model = load_model(args.model)
     if args.verify and args.verify_layers > model.shape.n_layers:

@@ -22,7 +22,14 @@ from ..errors import ConfigError
 from ..training.memory import MemoryEstimate, estimate_memory
 from ..training.spec import ACTIVATION_CHECKPOINTING, RunSpec
 from ..trn2 import PLANNING_HEADROOM
-from .cost import PLAN_HEADROOM, Machine, StepEstimate, estimate_step, get_machine
+from .cost import (
+    PLAN_HEADROOM,
+    Machine,
+    StepEstimate,
+    default_machine_key,
+    estimate_step,
+    get_machine,
+)
 from .models import PlannedModel, load_model
 
 LOCAL_BATCHES = (1, 2, 4, 8)
@@ -181,7 +188,7 @@ class LayoutPlan:
                 "(no command: this package trains its Qwen3 presets on trn2 or a CPU; "
                 f"{self.model.name} on {self.machine.key} is an estimate only)"
             )
-        verb = "train" if self.nodes == 1 or self.machine.device_type != "neuron" else "slurm"
+        verb = "train" if self.nodes == 1 or not self.machine.device.is_trn2 else "slurm"
         argv = c.spec.to_argv()
         if verb == "slurm" and "--steps" not in argv:  # a job file states its length
             argv = ["--steps", str(c.spec.steps), *argv]
@@ -335,7 +342,7 @@ def _divisors(n: int) -> list[int]:
 def check_nodes(nodes: object, machine: Machine) -> int:
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
         raise ConfigError(f"nodes must be a positive integer, got {nodes!r}")
-    if machine.device_type == "cpu" and nodes != 1:
+    if machine.device.is_cpu and nodes != 1:
         raise ConfigError("a CPU plan is for this machine: --nodes 1 (and --nproc N ranks)")
     if nodes > machine.max_nodes:
         raise ConfigError(
@@ -425,7 +432,7 @@ def evaluate(
     """
     from ..training.plan import plan_run
 
-    plan = plan_run(spec.replace(skip_memory_check=True), device_type=machine.device_type)
+    plan = plan_run(spec.replace(skip_memory_check=True), device_type=machine.device)
     memory = plan.memory()
     limit = PLAN_HEADROOM * memory.usable_gib
     if free_gib is not None:  # a CPU's ranks share its free memory
@@ -546,7 +553,7 @@ def plan_layouts(
     """
     planned = model if isinstance(model, PlannedModel) else load_model(model)
     if machine is None or isinstance(machine, str):
-        key = machine or ("cpu" if device == "cpu" else "trn2")
+        key = machine or default_machine_key(device)
         machine = get_machine(key, nproc=nproc)
     nodes = check_nodes(nodes, machine)
     per_node = machine.ranks_per_node
@@ -558,7 +565,7 @@ def plan_layouts(
         raise ConfigError(
             f"--global-batch-tokens {batch} is not a whole number of {seq}-token sequences"
         )
-    trains_it = planned.preset is not None and machine.device_type in ("neuron", "cpu")
+    trains_it = planned.preset is not None and (machine.device.is_trn2 or machine.device.is_cpu)
     excluded = [PP_EXCLUDED, CP_EXCLUDED]
     tps = [t for t in TP_DEGREES if t <= machine.ranks_per_chip]
     if machine.ranks_per_chip < max(TP_DEGREES):
@@ -569,14 +576,14 @@ def plan_layouts(
     tps = [t for t in tps if shape.n_heads % t == 0 and shape.n_kv_heads % t == 0]
     batches = (local_batch,) if local_batch else LOCAL_BATCHES
     free = None
-    if machine.device_type == "cpu":
+    if machine.device.is_cpu:
         from ..runs.run import available_memory_gib
 
         free = available_memory_gib()
     out = out or f"runs/{planned.preset or 'plan'}-{nodes}n"
     candidates, rejected, considered, larger = [], 0, 0, 0
     closest: MemoryEstimate | None = None  # the smallest of those that do not fit
-    replica_counts = _divisors(nodes) if machine.device_type != "cpu" else [1]
+    replica_counts = _divisors(nodes) if not machine.device.is_cpu else [1]
     for tp in tps:
         for replicas in replica_counts:
             if (world // replicas) % tp:
@@ -753,7 +760,7 @@ def plan_given_layout(
             )
         micro = global_batch_tokens // per_microbatch
     ac = values.get("ac", "selective")
-    if planned.preset is not None and machine.device_type in ("neuron", "cpu"):
+    if planned.preset is not None and (machine.device.is_trn2 or machine.device.is_cpu):
         spec = RunSpec(
             preset=planned.preset, nproc=machine.ranks_per_node, nnodes=nodes, tp=tp,
             dp_replicate=replicas, activation_checkpoint=ac, local_batch_size=lb,

@@ -13,39 +13,13 @@ import os
 import sys
 
 from ..errors import ConfigError
+
+# a student's share of a trn2 is read in planning (training/class_share.py); its names
+# stay importable from here, where the launch reads them
+from ..training.class_share import CLASS_SLICE_ENV as CLASS_SLICE_ENV
+from ..training.class_share import with_class_slice as with_class_slice
 from ..training.spec import RunSpec
 from ..trn2 import DEFAULT_LNC
-
-#: a student's share of a trn2 used by a class (e.g. "8-15"), for runs that name none
-CLASS_SLICE_ENV = "QWEN3_TRN_NEURON_CORES"
-
-
-def with_class_slice(spec: RunSpec, environ: dict[str, str] | None = None) -> RunSpec:
-    """``spec`` with ``neuron_cores`` taken from the student's slice, when it names none.
-
-    A class sharing one trn2 gives each student a slice of NeuronCores once, in their
-    environment (``QWEN3_TRN_NEURON_CORES=8-15``); every run the notebooks start (one
-    rank, two ranks) then takes the first ``nproc`` cores of it, and a run that needs
-    more ranks than the slice holds is refused before it starts, naming the slice.
-    """
-    environ = os.environ if environ is None else environ
-    share = environ.get(CLASS_SLICE_ENV)
-    if spec.neuron_cores is not None or not share:
-        return spec
-    from ..trn2 import core_slice
-
-    try:
-        cores = core_slice(share)
-    except ValueError as e:
-        raise ConfigError(f"{CLASS_SLICE_ENV}: {e}") from None
-    if spec.nproc > len(cores):
-        raise ConfigError(
-            f"this run starts {spec.nproc} ranks but your share of the trn2 "
-            f"({CLASS_SLICE_ENV}={share}) holds {len(cores)} NeuronCores: run it with "
-            f"--nproc {len(cores)} or less, or on a trn2 of your own"
-        )
-    # (replace() checks the new spec, as every RunSpec is checked when made)
-    return spec.replace(neuron_cores=f"{cores.start}-{cores.start + spec.nproc - 1}")
 
 
 def one_process_share_environment(env: dict[str, str]) -> dict[str, str]:
@@ -105,6 +79,7 @@ def neuron_rank_environment(env: dict[str, str], neuron_cores: str | None = None
       package cache's, so every launch on this node reuses what earlier ones compiled
       (training/compile.py).
     """
+    from ..device import DEVICES
     from ..training.compile import (
         NEFF_CACHE_LOCK_TIMEOUT_S,
         NEFF_CACHE_LOCK_TIMEOUT_VAR,
@@ -114,7 +89,7 @@ def neuron_rank_environment(env: dict[str, str], neuron_cores: str | None = None
     env = dict(env)
     env.setdefault("NEURON_LOGICAL_NC_CONFIG", str(DEFAULT_LNC))
     env.setdefault(NEFF_CACHE_LOCK_TIMEOUT_VAR, str(NEFF_CACHE_LOCK_TIMEOUT_S))
-    use_package_caches("neuron", env)
+    use_package_caches(DEVICES["neuron"], env)
     visible = env.pop("NEURON_RT_VISIBLE_CORES", None)
     if visible:
         where = (

@@ -25,7 +25,7 @@ from ..training.plan import Plan, available_memory_gib, memory_fit_problem, plan
 from ..training.spec import RunSpec
 from .folder import RunResult
 from .reporter import Reporter
-from .weights import init_folder
+from .weights import with_init_weights
 
 
 def make_spec(variant: str | None = None, **params: Any) -> RunSpec:
@@ -114,21 +114,21 @@ def execute(plan: Plan, reporter: Reporter) -> RunResult:
 
     if not launched_by_torchrun():  # (a launch's ranks: their launcher did these)
         check_hub_answers(plan)
-        if plan.device_type == "neuron":
+        if plan.device.is_trn2:
             warn_thin_slack(plan)
     check_compile_cache_first(plan)
-    if not plan.spec.skip_memory_check:
+    if not plan.spec.skip_memory_check:  # (here: this machine's free memory)
         problem = memory_fit_problem(plan, available_memory_gib())
         if problem:
             raise ConfigError(problem)
     with hub_offline(not plan.needs_hub):
         # published weights: downloaded (or made) once, here; launched ranks find them
         # in the cache
-        init_dir = init_folder(plan, reporter.progress)
+        plan = with_init_weights(plan, reporter.progress)
         if not launches(plan):
             from .here import run_here
 
-            return run_here(plan, reporter, init_dir)
+            return run_here(plan, reporter)
         from .torchrun import run_with_torchrun
 
         return run_with_torchrun(plan, reporter)
@@ -141,9 +141,9 @@ def check_compile_cache_first(plan: Plan) -> None:
     from ..training.compile import check_compile_cache, compile_cache_folder, use_package_caches
 
     for step in ("the user's", "the package's"):  # (importing torch._inductor makes it)
-        if step == "the package's" and plan.spec.compile:
-            use_package_caches(plan.device_type)
-        cache = compile_cache_folder(plan.device_type)
+        if step == "the package's" and plan.compile:
+            use_package_caches(plan.device)
+        cache = compile_cache_folder(plan.device)
         if cache is not None:
             check_compile_cache(*cache)
 
@@ -166,7 +166,7 @@ def launches(plan: Plan) -> bool:
     """
     from ..training.ranks import launched_by_torchrun
 
-    return not launched_by_torchrun() and (plan.world_size > 1 or plan.device_type == "neuron")
+    return not launched_by_torchrun() and (plan.world_size > 1 or plan.device.is_trn2)
 
 
 def check_hub_answers(plan: Plan, timeout_s: float = 10.0) -> None:

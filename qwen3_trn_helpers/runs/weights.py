@@ -14,7 +14,8 @@ then loads it through exactly the path a hub checkpoint takes (``--init DIR`` ->
 ``initial_load_in_hf``). The folder's ``qwen3_trn_recipe.json`` records how it was made.
 
 :func:`init_folder` turns a plan's published weights into that folder where a run uses
-them (``run_here``, and a launch before it starts its ranks).
+them (``run()``, before it trains here or launches ranks); :func:`with_init_weights`
+puts it on the plan.
 """
 
 from __future__ import annotations
@@ -181,6 +182,12 @@ def init_folder(plan: Plan, progress: bool = True) -> Path | None:
     if init.hub_id is not None:
         return download_checkpoint(init.hub_id, cached_only=launched_by_torchrun())
     return ensure_local_published(plan.preset, progress)
+
+
+def with_init_weights(plan: Plan, progress: bool = True) -> Plan:
+    """``plan`` holding the folder its first weights load from (:func:`init_folder`),
+    so the trainer needs nothing beside the plan."""
+    return plan.with_init_folder(init_folder(plan, progress))
 
 
 def download_checkpoint(repo_id: str, cached_only: bool = False) -> Path:

@@ -28,9 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-#: torch.compile backend per device type. "neuron": AWS Neuron 2.33 docs, torch.compile
-#: backend reference (``torch.compile(model, backend="neuron")``)
-BACKENDS = {"neuron": "neuron", "cuda": "inductor", "cpu": "inductor"}
+from ..device import Device, as_device
 
 #: what torchtitan compiles: every TransformerBlock, and the loss
 COMPONENTS = ("model", "loss")
@@ -49,20 +47,19 @@ NEFF_CACHE_LOCK_TIMEOUT_VAR = "TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT"
 NEFF_CACHE_LOCK_TIMEOUT_S = 3600
 
 
-def compile_backend(device_type: str) -> str:
-    """The ``torch.compile`` backend a run on ``device_type`` uses."""
-    return BACKENDS.get(device_type, "inductor")
+def compile_backend(device: Device | str) -> str:
+    """The ``torch.compile`` backend a run on ``device`` uses (``Device.compile_backend``:
+    "neuron" from AWS Neuron 2.33's torch.compile backend reference, else inductor)."""
+    return as_device(device).compile_backend
 
 
-def compile_config(enable: bool, device_type: str):
+def compile_config(enable: bool, device: Device):
     """torchtitan's ``CompileConfig`` for a run (disabled: torchtitan's default)."""
     from torchtitan.config import CompileConfig
 
     if not enable:
         return CompileConfig()
-    return CompileConfig(
-        enable=True, components=list(COMPONENTS), backend=compile_backend(device_type)
-    )
+    return CompileConfig(enable=True, components=list(COMPONENTS), backend=device.compile_backend)
 
 
 def inductor_cache_dir() -> Path:
@@ -90,9 +87,9 @@ def _torchs_default(var: str) -> str | None:
 
 
 def use_package_caches(
-    device_type: str, environ: dict[str, str] | os._Environ | None = None
+    device: Device, environ: dict[str, str] | os._Environ | None = None
 ) -> dict[str, str]:
-    """Point the compile cache of ``device_type`` at the package cache folder.
+    """Point the compile cache of ``device`` at the package cache folder.
 
     Inductor's everywhere but trn2, the NEFF cache on trn2; only where the user did not
     choose a folder. Inductor reads its variable each time it looks for the cache, so
@@ -102,7 +99,7 @@ def use_package_caches(
     environ = os.environ if environ is None else environ
     var, folder = (
         (NEFF_CACHE_VAR, neff_cache_dir)
-        if device_type == "neuron"
+        if device.is_trn2
         else (INDUCTOR_CACHE_VAR, inductor_cache_dir)
     )
     if environ.get(var) and environ[var] != _torchs_default(var):
@@ -111,10 +108,10 @@ def use_package_caches(
     return {var: environ[var]}
 
 
-def compile_cache_folder(device_type: str) -> tuple[str, Path] | None:
-    """The compile cache a run on ``device_type`` uses: (its variable, its folder), once
+def compile_cache_folder(device: Device) -> tuple[str, Path] | None:
+    """The compile cache a run on ``device`` uses: (its variable, its folder), once
     :func:`use_package_caches` (or the user) set it; None where nothing set it."""
-    var = NEFF_CACHE_VAR if device_type == "neuron" else INDUCTOR_CACHE_VAR
+    var = NEFF_CACHE_VAR if device.is_trn2 else INDUCTOR_CACHE_VAR
     return (var, Path(os.environ[var]).expanduser()) if os.environ.get(var) else None
 
 
@@ -197,7 +194,7 @@ def keep_dynamo_settings():
     return dynamo_config.patch({name: getattr(dynamo_config, name) for name in DYNAMO_SETTINGS})
 
 
-def static_shapes(device_type: str):
+def static_shapes(device: Device):
     """A scope in which dynamo never makes a size symbolic by itself, on neuron.
 
     By default dynamo recompiles a graph whose input size changed with that size made
@@ -210,7 +207,7 @@ def static_shapes(device_type: str):
 
     import torch._dynamo.config as dynamo_config
 
-    if device_type != "neuron":
+    if not device.is_trn2:
         return contextlib.nullcontext()
     return dynamo_config.patch(automatic_dynamic_shapes=False)
 

@@ -148,7 +148,10 @@ class Qwen3TrnMetrics(MetricsProcessor):
         import torch.distributed as dist
         from torchtitan.tools.utils import device_type
 
-        if device_type == "neuron":
+        from ..device import as_device
+
+        here = as_device(device_type)  # the device torchtitan chose
+        if here.is_trn2:
             from ..trn2 import Topology, lnc_from_env
 
             self.device_memory_monitor = rank_memory_monitor(device_type)
@@ -160,7 +163,7 @@ class Qwen3TrnMetrics(MetricsProcessor):
             # MFU needs the chip's peak FLOPs, which torchtitan knows for Trainium and
             # GPUs; on a CPU it would divide by an A100's, so it is left out there.
             self.jsonl = JsonlMetricsLogger(
-                Path(dump_folder) / config.jsonl_file, with_mfu=device_type in ("neuron", "cuda")
+                Path(dump_folder) / config.jsonl_file, with_mfu=here.is_trn2 or here.is_cuda
             )
             container = LoggerContainer()
             container.add_logger(self.logger)

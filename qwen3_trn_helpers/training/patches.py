@@ -29,11 +29,11 @@ from unittest import mock
 
 import torch
 
-from ..device import CPU_DEVICE_MODULE
+from ..device import CPU_DEVICE_MODULE, Device, as_device
 from ..torchtitan_internals import TESTED_TORCHTITAN
 
-#: (device_type, world_size) -> whether a run needs the patch
-Gate = Callable[[str, int], bool]
+#: (the run's device, world_size) -> whether a run needs the patch
+Gate = Callable[[Device, int], bool]
 
 
 class Patch:
@@ -54,8 +54,8 @@ class Patch:
     def __call__(self) -> AbstractContextManager[Any]:
         return self.apply()
 
-    def needed(self, device_type: str, world_size: int) -> bool:
-        return self.gate(device_type, world_size)
+    def needed(self, device: Device | str, world_size: int) -> bool:
+        return self.gate(as_device(device), world_size)
 
     def __repr__(self) -> str:
         return f"<patch {self.name}>"
@@ -76,7 +76,11 @@ def torchtitan_device_type() -> str:
     return utils.device_type
 
 
-@applies_when(lambda device, world: device == "cpu" and torchtitan_device_type() != "cpu")
+def _cpu_but_torchtitan_chose_otherwise(device: Device, world: int) -> bool:
+    return device.is_cpu and not as_device(torchtitan_device_type()).is_cpu
+
+
+@applies_when(_cpu_but_torchtitan_chose_otherwise)
 @contextmanager
 def torchtitan_on_cpu() -> Iterator[list[str]]:
     """Point torchtitan's module-level ``device_type``/``device_module`` at the CPU.
@@ -206,7 +210,7 @@ def hf_backend_rope_init() -> Iterator[None]:
         yield
 
 
-@applies_when(lambda device, world: device != "cuda")
+@applies_when(lambda device, world: not device.is_cuda)
 @contextmanager
 def hf_backend_sdpa() -> Iterator[None]:
     """Run the transformers backend's attention through SDPA instead of FlexAttention.
@@ -436,7 +440,7 @@ def disabled(patch: str | Patch) -> Iterator[None]:
 
 
 @contextmanager
-def run_patches(variant_patches: tuple[Patch, ...], device_type: str, world_size: int):
+def run_patches(variant_patches: tuple[Patch, ...], device: Device | str, world_size: int):
     """Everything one run needs, entered together and undone together.
 
     The run-wide patches and ``variant_patches``, each where its gate holds and it is
@@ -446,7 +450,7 @@ def run_patches(variant_patches: tuple[Patch, ...], device_type: str, world_size
     skipped = set(os.environ.get(DISABLED_ENV, "").split(","))
     with ExitStack() as stack:
         for patch in (*RUN_PATCHES, *variant_patches):
-            if patch.name not in skipped and patch.needed(device_type, world_size):
+            if patch.name not in skipped and patch.needed(device, world_size):
                 stack.enter_context(patch())
         yield
 

@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..device import Device, as_device
 from ..errors import ConfigError
 from ..model.presets import PRESETS, Layout, Preset
 from ..model.shapes import Qwen3Shape
@@ -35,17 +36,18 @@ class Init:
 
     ``random``; ``published``: the preset's published weights (the hub checkpoint on
     trn2, a locally pretrained one for the small presets), turned into a folder where
-    they are used (``runs/weights.init_folder``); ``folder``: a Hugging Face folder.
+    they are used (``runs/weights.with_init_weights``: the plan then holds it);
+    ``folder``: a Hugging Face folder.
     """
 
     kind: str  # "random" | "published" | "folder"
-    folder: Path | None = None  # the folder a "folder" init names
+    folder: Path | None = None  # a "folder" init's; published weights' once fetched
     hub_id: str | None = None  # "published": the hub checkpoint (None: made locally)
 
     @property
     def pending(self) -> bool:
         """Published weights not yet turned into a folder."""
-        return self.kind == "published"
+        return self.kind == "published" and self.folder is None
 
     def __str__(self) -> str:
         return {"random": "random", "published": "pretrained"}.get(self.kind, str(self.folder))
@@ -55,9 +57,9 @@ class Init:
 class Plan:
     """A spec resolved against a machine: device, model, layout, data. Nothing built."""
 
-    spec: RunSpec
+    spec: RunSpec  # as given (run.json records it; the nodes compare its flags)
     variant: Variant
-    device_type: str
+    device: Device
     preset: Preset
     shape: Qwen3Shape
     layout: Layout  # over the whole world: tp x fsdp x dp_replicate
@@ -71,6 +73,27 @@ class Plan:
     lr: float
     moe_block_size: int
     tokenizer_dir: Path | None  # None only in plans resolved for another machine
+    neuron_cores: str | None  # the NeuronCores the ranks confine to (a class share's too)
+    # the spec's training values, as the trainer uses them
+    steps: int
+    warmup_steps: int  # at most ``steps``
+    local_batch_size: int
+    global_batch_size: int | None  # None: no gradient accumulation
+    mixed_precision: str
+    seed: int
+    compile: bool
+    spmd_backend: str
+    moe_impl: str
+    tensorboard: bool
+    checkpoint_interval: int | None
+    checkpoint_async: str  # torchtitan's checkpoint.async_mode
+    keep_checkpoints: int  # torchtitan's checkpoint.keep_latest_k
+    export_hf: bool
+
+    @property
+    def device_type(self) -> str:
+        """The device's name (what run.json and the tables show)."""
+        return self.device.type
 
     @property
     def world_size(self) -> int:
@@ -90,8 +113,17 @@ class Plan:
 
     @property
     def init_dir(self) -> Path | None:
-        """The folder a ``folder`` init names (published weights: where they are used)."""
+        """The folder the first weights load from: a ``folder`` init's, or the one
+        published weights were turned into (:meth:`with_init_folder`); None: random."""
         return self.init.folder
+
+    def with_init_folder(self, folder: Path | None) -> Plan:
+        """This plan with its published weights turned into ``folder`` (where a run
+        uses them: ``runs/weights.with_init_weights``); the trainer then loads them
+        from the plan alone."""
+        if folder is None or self.init.folder == Path(folder):
+            return self
+        return dataclasses.replace(self, init=dataclasses.replace(self.init, folder=Path(folder)))
 
     @property
     def layout_reason(self) -> str:
@@ -110,11 +142,7 @@ class Plan:
     @property
     def reduce_dtype(self) -> str:
         """The gradient reduce-scatter dtype: the preset's, fp32 when the run is fp32."""
-        return self.preset.reduce_dtype if self.spec.mixed_precision == "bfloat16" else "float32"
-
-    @property
-    def flavor(self) -> str:
-        return self.preset.name
+        return self.preset.reduce_dtype if self.mixed_precision == "bfloat16" else "float32"
 
     @property
     def needs_hub(self) -> bool:
@@ -134,13 +162,13 @@ class Plan:
         from .memory import estimate_memory
 
         topology = Topology(lnc or lnc_from_env())
-        on_neuron = self.device_type == "neuron"
+        on_neuron = self.device.is_trn2
         return estimate_memory(
             self.shape,
             world=self.world_size // self.dp_replicate,  # each replica shards one copy
             tp=self.tp,
             seq_len=self.seq_len,
-            local_batch=self.spec.local_batch_size,
+            local_batch=self.local_batch_size,
             activation_checkpoint=self.activation_checkpoint,
             loss_chunks=self.loss_chunks,
             scores_materialised=on_neuron and self.attention == "document",
@@ -161,19 +189,19 @@ class Plan:
             "nodes": self.nnodes,
             "layout": str(self.layout),
             "seq len": self.seq_len,
-            "local batch": self.spec.local_batch_size,
+            "local batch": self.local_batch_size,
             "activation checkpointing": self.activation_checkpoint,
             "attention": self.attention,
             "loss chunks": self.loss_chunks,
             "corpus": self.corpus,
             "init": self.spec.init,
-            "steps": self.spec.steps,
+            "steps": self.steps,
             "lr": self.lr,
         }
 
 
 def resolve_preset(
-    spec: RunSpec, variant: Variant, device_type: str, nproc: int, shape: Qwen3Shape | None
+    spec: RunSpec, variant: Variant, device: Device, nproc: int, shape: Qwen3Shape | None
 ) -> Preset:
     """The preset a run uses: the named one, else the variant's default here.
 
@@ -193,7 +221,7 @@ def resolve_preset(
             )
         return preset
     full = PRESETS[variant.trn2_preset]
-    preset = variant.default_preset(full_size=device_type == "neuron" and nproc >= full.world_size)
+    preset = variant.default_preset(full_size=device.is_trn2 and nproc >= full.world_size)
     if shape is None or shape.same_architecture(preset.shape):
         return preset
     tp = preset.layout.tp
@@ -234,9 +262,9 @@ def layout_reason(preset: Preset, nnodes: int) -> str:
     return why
 
 
-def default_attention(device_type: str) -> str:
+def default_attention(device: Device | str) -> str:
     """Plain causal on trn2 (AWS's choice), FlexAttention on CUDA, document-masked SDPA on CPU."""
-    return {"neuron": "causal", "cuda": "flex"}.get(device_type, "document")
+    return as_device(device).default_attention
 
 
 def on_trn2(spec: RunSpec) -> RunSpec:
@@ -260,7 +288,7 @@ def memory_fit_problem(plan: Plan, free_gib: float | None = None) -> str | None:
     unknown). Returns the refusal, with the numbers and the fix, or None.
     """
     memory = plan.memory()
-    if plan.device_type == "neuron":
+    if plan.device.is_trn2:
         if memory.fits:
             return None
         preset = plan.preset
@@ -280,7 +308,7 @@ def memory_fit_problem(plan: Plan, free_gib: float | None = None) -> str | None:
             f"{memory.usable_gib:.1f} GiB a plan may use ({PLANNING_HEADROOM:.0%} of its "
             f"{memory.hbm_gib:.0f} GiB): {fix}"
         )
-    if plan.device_type != "cpu" or free_gib is None or memory.total_gib * plan.nproc <= free_gib:
+    if not plan.device.is_cpu or free_gib is None or memory.total_gib * plan.nproc <= free_gib:
         return None
     need = memory.total_gib * plan.nproc
     return (
@@ -312,8 +340,53 @@ def _torchrun_world() -> tuple[int, int] | None:
     return per_node, max(world // per_node, 1)
 
 
+def check_launch(
+    spec: RunSpec,
+    device: Device,
+    nproc: int,
+    nnodes: int,
+    *,
+    here: bool,
+    launched: tuple[int, int] | None,
+) -> str | None:
+    """What a launch needs, checked in planning (one line each, before anything
+    starts): a folder for several ranks, a rendezvous endpoint for several nodes, and
+    the NeuronCores the ranks take (``--neuron-cores``, else a class's share of this
+    trn2: its first ``nproc`` cores), which it returns."""
+    if here and nproc * nnodes > 1 and spec.out is None:
+        raise ConfigError(
+            f"a {nproc * nnodes}-rank run needs --out: every rank must write to one folder"
+        )
+    if here and launched is None and nnodes > 1 and spec.rdzv_endpoint is None:
+        raise ConfigError(
+            f"a job on {nnodes} nodes needs --rdzv-endpoint HOST:PORT, the same on "
+            "every node: an address of one of them (the first) that the others reach"
+        )
+    neuron_cores = spec.neuron_cores
+    if here and device.is_trn2:  # a class's share of this trn2: its first nproc cores
+        from .class_share import with_class_slice
+
+        neuron_cores = with_class_slice(spec.replace(nproc=nproc)).neuron_cores
+    if spec.neuron_cores is not None:
+        if not device.is_trn2:
+            raise ConfigError(
+                f"neuron_cores {spec.neuron_cores} chooses NeuronCores on a trn2, but this "
+                f"run trains on {device.type!r}; drop --neuron-cores (or run it on trn2)"
+            )
+        from ..trn2 import core_slice
+
+        cores = core_slice(spec.neuron_cores)  # (a valid slice: the spec checked its text)
+        if len(cores) != nproc:
+            raise ConfigError(
+                f"neuron_cores {spec.neuron_cores} holds {len(cores)} cores but the run "
+                f"starts {nproc} rank(s) per node, one core each: give "
+                f"{cores.start}-{cores.start + nproc - 1} or --nproc {len(cores)}"
+            )
+    return neuron_cores
+
+
 def plan_run(
-    spec: RunSpec, *, device_type: str | None = None, shape: Qwen3Shape | None = None
+    spec: RunSpec, *, device_type: Device | str | None = None, shape: Qwen3Shape | None = None
 ) -> Plan:
     """Resolve and check every input; raises a Qwen3TrnError naming the fix.
 
@@ -324,16 +397,25 @@ def plan_run(
     another model shape (fewer layers for a quick dry run, other widths in a lesson);
     it is checked as a checkpoint's shape is. A rank torchrun started takes its world
     (ranks per node, nodes) from torchrun, not from the spec.
+
+    Planned here, a run that will launch is checked as the launch would (a rendezvous
+    endpoint for several nodes; the NeuronCores of a class's share, which the plan
+    holds), so a bad value fails in one line before anything starts.
     """
     from ..assets import resolve_tokenizer, tokenizer_vocab_size
     from ..corpus import EMBEDDED, EMBEDDED_PRETRAIN, is_local, read_documents
-    from ..device import resolve_device
+    from ..device import resolve
     from ..model.hf_checkpoint import check_hf_checkpoint
     from ..prepared import check_prepared, is_prepared, refuse_incomplete
 
     here = device_type is None
-    device = resolve_device(spec.device) if here else device_type
+    device = resolve(spec.device) if here else as_device(device_type)
     variant = VARIANTS[spec.variant]
+    if spec.checkpoint_async == "async_with_pinned_mem" and not device.is_cuda:
+        raise ConfigError(
+            "--checkpoint-async async_with_pinned_mem stages checkpoints in CUDA's pinned "
+            f"memory, which a {device.type} run has none of: pass --checkpoint-async async"
+        )
     launched = _torchrun_world() if here else None  # a rank torchrun started
     nproc, nnodes = launched or (spec.nproc, spec.nnodes)
 
@@ -385,13 +467,13 @@ def plan_run(
         )
     layout = dataclasses.replace(preset.layout, tp=tp).over(world, replicas)
 
-    attention = default_attention(device) if spec.attention == "auto" else spec.attention
-    if attention == "flex" and device != "cuda":
+    attention = device.default_attention if spec.attention == "auto" else spec.attention
+    if attention == "flex" and not device.is_cuda:
         raise ConfigError(
-            f"attention 'flex' (FlexAttention) trains on CUDA only, not {device!r}; use "
+            f"attention 'flex' (FlexAttention) trains on CUDA only, not {device.type!r}; use "
             "--attention document or causal"
         )
-    if attention == "document" and device == "neuron" and spec.compile:
+    if attention == "document" and device.is_trn2 and spec.compile:
         # compiled document attention builds its mask from the document boundaries,
         # whose count differs per batch: a symbolic size (or a recompile per count),
         # and torch-neuronx's backend refuses every graph holding one ("torch-neuronx
@@ -436,27 +518,9 @@ def plan_run(
 
     moe_block = 0
     if shape.is_moe and spec.moe_impl == "blockwise":
-        moe_block = preset.moe_block_size or (256 if device == "neuron" else 64)
+        moe_block = preset.moe_block_size or (256 if device.is_trn2 else 64)
 
-    if here and nproc * nnodes > 1 and spec.out is None:
-        raise ConfigError(
-            f"a {nproc * nnodes}-rank run needs --out: every rank must write to one folder"
-        )
-    if spec.neuron_cores is not None:
-        if device != "neuron":
-            raise ConfigError(
-                f"neuron_cores {spec.neuron_cores} chooses NeuronCores on a trn2, but this "
-                f"run trains on {device!r}; drop --neuron-cores (or run it on trn2)"
-            )
-        from ..trn2 import core_slice
-
-        cores = core_slice(spec.neuron_cores)  # (a valid slice: the spec checked its text)
-        if len(cores) != nproc:
-            raise ConfigError(
-                f"neuron_cores {spec.neuron_cores} holds {len(cores)} cores but the run "
-                f"starts {nproc} rank(s) per node, one core each: give "
-                f"{cores.start}-{cores.start + nproc - 1} or --nproc {len(cores)}"
-            )
+    neuron_cores = check_launch(spec, device, nproc, nnodes, here=here, launched=launched)
 
     if spec.global_batch_size is not None:
         per_microbatch = spec.local_batch_size * layout.world // layout.tp
@@ -469,7 +533,7 @@ def plan_run(
     plan = Plan(
         spec=spec,
         variant=variant,
-        device_type=device,
+        device=device,
         preset=preset,
         shape=shape,
         layout=layout,
@@ -483,9 +547,24 @@ def plan_run(
         lr=spec.lr or preset.lr,
         moe_block_size=moe_block,
         tokenizer_dir=tokenizer_dir,
+        neuron_cores=neuron_cores,
+        steps=spec.steps,
+        warmup_steps=min(spec.warmup_steps, spec.steps),
+        local_batch_size=spec.local_batch_size,
+        global_batch_size=spec.global_batch_size,
+        mixed_precision=spec.mixed_precision,
+        seed=spec.seed,
+        compile=spec.compile,
+        spmd_backend=spec.spmd_backend,
+        moe_impl=spec.moe_impl,
+        tensorboard=spec.tensorboard,
+        checkpoint_interval=spec.checkpoint_interval,
+        checkpoint_async=spec.checkpoint_async,
+        keep_checkpoints=spec.keep_checkpoints,
+        export_hf=spec.export_hf,
     )
     # (a CPU's free memory is asked where a run starts: run())
-    if device == "neuron" and not spec.skip_memory_check:
+    if device.is_trn2 and not spec.skip_memory_check:
         problem = memory_fit_problem(plan)
         if problem:
             raise ConfigError(problem)

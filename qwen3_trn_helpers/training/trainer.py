@@ -41,8 +41,9 @@ from torchtitan.experiments.transformers_modeling_backend.configs import (
 from torchtitan.experiments.transformers_modeling_backend.trainer import HFTransformerTrainer
 from torchtitan.trainer import Trainer
 
+from ..device import DEVICES, Device
 from ..errors import PEER_LOST, AssetError, ConfigError, NonFiniteLoss, TrainingError
-from ..model.variants import BlockwiseMoE, TorchtitanQwen3, TransformersV5, Variant
+from ..model.variants import VARIANTS, BlockwiseMoE, TorchtitanQwen3, TransformersV5, Variant
 from . import patches
 from .compile import (
     cache_fault,
@@ -62,12 +63,12 @@ from .stopping import StopRequest
 class RunOptions:
     """What our trainer needs to know beyond torchtitan's own config."""
 
-    variant: str = "native"
-    """The variant (model/variants.py): its parts (:data:`VARIANT_PARTS`) decide the
-    compatibility patches."""
+    variant: Variant = field(default_factory=lambda: VARIANTS["native"])
+    """The plan's variant (model/variants.py): its parts (:data:`VARIANT_PARTS`) decide
+    the trainer's compatibility patches."""
 
-    device: str = "cpu"
-    """The device type the run was planned for (neuron, cuda or cpu)."""
+    device: Device = field(default_factory=lambda: DEVICES["cpu"])
+    """The plan's device (neuron, cuda or cpu)."""
 
     settings: dict[str, Any] = field(default_factory=dict)
     """The run's resolved settings, compared across every rank at start
@@ -103,7 +104,6 @@ class _RunScope:
     """Mixin for a torchtitan trainer: patches, process group and failures of one run."""
 
     def __init__(self, config) -> None:
-        from ..model.variants import get_variant
         from .ranks import one_rank_environment, world_size
 
         options: RunOptions = config.qwen3_trn
@@ -116,7 +116,7 @@ class _RunScope:
             launched = self._scope.enter_context(one_rank_environment())
             self._owns_process_group = not launched
             world = world_size()
-            parts = variant_parts(get_variant(options.variant))
+            parts = variant_parts(options.variant)
             self._scope.enter_context(patches.run_patches(parts.patches, options.device, world))
             self._compiles = config.compile.enable  # --compile, or torchtitan's --compile.enable
             if self._compiles:
@@ -131,14 +131,14 @@ class _RunScope:
             # each checkpoint records the settings: a resume is checked against them
             # even when run.json is lost (runs/folder.py: check_resume)
             self.checkpointer.run_settings = options.settings  # type: ignore[attr-defined]
-            if options.device == "cpu" and world > 1:
+            if options.device.is_cpu and world > 1:
                 force_sum_reduction_for_gloo(self.model_parts)
         except BaseException:
             self._teardown()
             raise
 
     @classmethod
-    def backend_fields(cls, plan: Plan, init_dir: str | None) -> dict[str, Any]:
+    def backend_fields(cls, plan: Plan) -> dict[str, Any]:
         """Config fields only this trainer's ``Config`` has (torchtitan's Trainer: none)."""
         return {}
 
@@ -246,12 +246,12 @@ class Qwen3TrnHFTrainer(_RunScope, HFTransformerTrainer):
         qwen3_trn: RunOptions = field(default_factory=RunOptions)
 
     @classmethod
-    def backend_fields(cls, plan: Plan, init_dir: str | None) -> dict[str, Any]:
+    def backend_fields(cls, plan: Plan) -> dict[str, Any]:
         """``hf_model``: the backend builds its model from a config.json, the initial
         checkpoint's, else one written for the plan's shape."""
         from ..model.hf_checkpoint import cached_hf_config
 
-        return {"hf_model": str(init_dir or cached_hf_config(plan.shape))}
+        return {"hf_model": str(plan.init_dir or cached_hf_config(plan.shape))}
 
 
 @dataclass(frozen=True)
@@ -325,16 +325,15 @@ def trainer_config(
     plan: Plan,
     out: str | Path,
     *,
-    init_dir: str | Path | None = None,
     comm_mode: str = "default",
     metrics_file: str = "metrics.jsonl",
     skip_dataloader_state: bool = False,
 ):
     """The ``Trainer.Config`` for a plan, shaped like torchtitan's registry entries.
 
-    ``init_dir``: the folder the first weights load from, for a plan whose published
-    weights were turned into one where the run uses them (``runs/weights.init_folder``);
-    a ``folder`` init names its own.
+    Every run value comes from the plan as planning resolved it (the spec is read only
+    whole, for what the nodes compare); the first weights load from ``plan.init_dir``
+    (published weights: once ``runs/weights.with_init_weights`` put their folder there).
 
     ``comm_mode="fake_backend"`` is torchtitan's dry-run mode (runs/dry_run.py);
     ``metrics_file=""`` writes no metrics.jsonl. ``skip_dataloader_state`` resumes
@@ -354,53 +353,47 @@ def trainer_config(
     from .global_order import loader_for
     from .metrics import Qwen3TrnMetrics
 
-    init_dir = init_dir or plan.init.folder
-    if plan.spec.checkpoint_async == "async_with_pinned_mem" and plan.device_type != "cuda":
-        raise ConfigError(
-            "--checkpoint-async async_with_pinned_mem stages checkpoints in CUDA's pinned "
-            f"memory, which a {plan.device_type} run has none of: pass --checkpoint-async async"
-        )
-    if plan.init.pending and init_dir is None:
+    if plan.init.pending:
         raise ConfigError(
             "init='pretrained' must be turned into a checkpoint folder before training: "
-            "pass init_dir=qwen3_trn_helpers.runs.weights.init_folder(plan)"
+            "plan = qwen3_trn_helpers.runs.weights.with_init_weights(plan)"
         )
-    init_dir = str(init_dir) if init_dir else None
-    spec, variant = plan.spec, plan.variant
+    init_dir = str(plan.init_dir) if plan.init_dir else None
+    variant = plan.variant
     # this layer's parts first (the trainer class, what every node must agree on, the
     # checkpointing and compile policies), then the model's and the data's from below
     trainer = variant_parts(variant).trainer
     settings = same_on_every_node(plan)
     activation_checkpoint = activation_checkpoint_config(plan.activation_checkpoint)
-    compile_ = compile_config(spec.compile, plan.device_type)
-    backend = trainer.backend_fields(plan, init_dir)
+    compile_ = compile_config(plan.compile, plan.device)
+    backend = trainer.backend_fields(plan)
     dataset, dataset_path = dataset_args(plan.corpus, streams=plan.corpus_streams)
     loader = loader_for(dataset)  # our corpora: one sample order at any world size
-    saves = bool(spec.checkpoint_interval or spec.export_hf)
+    saves = bool(plan.checkpoint_interval or plan.export_hf)
     kwargs: dict[str, Any] = dict(
-        model_spec=variant.model_spec(plan.shape, plan.flavor, plan.attention),
+        model_spec=variant.model_spec(plan.shape, plan.preset.name, plan.attention),
         hf_assets_path=str(plan.tokenizer_dir or ensure_tokenizer()),
         dump_folder=str(out),
         metrics=Qwen3TrnMetrics.Config(
             log_freq=1,
-            enable_tensorboard=spec.tensorboard,
+            enable_tensorboard=plan.tensorboard,
             disable_color_printing=True,
             jsonl_file=metrics_file,
         ),
         dataloader=loader.Config(dataset=dataset, dataset_path=dataset_path),
         optimizer=default_adamw(lr=plan.lr),
         lr_scheduler=LRSchedulersContainer.Config(
-            warmup_steps=min(spec.warmup_steps, spec.steps),
+            warmup_steps=plan.warmup_steps,
             decay_ratio=0.8,
             decay_type="linear",
             min_lr_factor=0.0,
         ),
         training=TrainingConfig(
-            local_batch_size=spec.local_batch_size,
-            global_batch_size=spec.global_batch_size or -1,  # -1: no accumulation
+            local_batch_size=plan.local_batch_size,
+            global_batch_size=plan.global_batch_size or -1,  # -1: no accumulation
             seq_len=plan.seq_len,
-            steps=spec.steps,
-            mixed_precision_param=spec.mixed_precision,
+            steps=plan.steps,
+            mixed_precision_param=plan.mixed_precision,
             mixed_precision_reduce=plan.reduce_dtype,
         ),
         parallelism=ParallelismConfig(
@@ -408,32 +401,32 @@ def trainer_config(
             tensor_parallel_degree=plan.tp,
             # explicit, not torchtitan's default: no public record shows any value on
             # Neuron, so it is a run parameter and the smoke ladder tries each
-            spmd_backend=spec.spmd_backend,
+            spmd_backend=plan.spmd_backend,
         ),
         checkpoint=Qwen3TrnCheckpointManager.Config(
             enable=bool(init_dir or saves),
             load_only=not saves,
-            interval=spec.checkpoint_interval or 10**9,
+            interval=plan.checkpoint_interval or 10**9,
             initial_load_path=init_dir,
             initial_load_in_hf=init_dir is not None,
             # torchtitan's default (True) warns on every run without an initial load
             initial_load_model_only=init_dir is not None,
-            last_save_model_only=spec.export_hf,
-            last_save_in_hf=spec.export_hf,
+            last_save_model_only=plan.export_hf,
+            last_save_in_hf=plan.export_hf,
             exclude_from_loading=["dataloader"] if skip_dataloader_state else [],
-            async_mode=spec.checkpoint_async,  # --checkpoint-async
-            keep_latest_k=spec.keep_checkpoints,  # --keep-checkpoints
+            async_mode=plan.checkpoint_async,  # --checkpoint-async
+            keep_latest_k=plan.keep_checkpoints,  # --keep-checkpoints
         ),
         activation_checkpoint=activation_checkpoint,
         compile=compile_,
         # collectives wait longer than any save of this model takes (training/stopping.py)
         comm=CommConfig(trace_buf_size=0, mode=comm_mode, **save_timeouts(plan)),
-        debug=DebugConfig(seed=spec.seed),
+        debug=DebugConfig(seed=plan.seed),
         override=OverrideConfig(
-            imports=variant.overrides(plan.attention, plan.moe_block_size, spec.moe_impl)
+            imports=variant.overrides(plan.attention, plan.moe_block_size, plan.moe_impl)
         ),
         loss=variant.loss_config(plan.shape, plan.loss_chunks),
-        qwen3_trn=RunOptions(variant=variant.name, device=plan.device_type, settings=settings),
+        qwen3_trn=RunOptions(variant=variant, device=plan.device, settings=settings),
     )
     return trainer.Config(**kwargs, **backend)
 
@@ -444,7 +437,7 @@ def save_timeouts(plan: Plan) -> dict[str, int]:
     100 s, set after the first step; training/stopping.py collective_timeout_s)."""
     from .stopping import checkpoint_bytes, collective_timeout_s
 
-    if not plan.spec.checkpoint_interval:
+    if not plan.checkpoint_interval:
         return {}
     timeout = collective_timeout_s(checkpoint_bytes(plan.shape.parameter_count()))
     return {"train_timeout_seconds": timeout, "init_timeout_seconds": max(300, timeout)}
@@ -475,6 +468,13 @@ def build_trainer(plan: Plan, out: str | Path, **options: Any) -> Trainer:
     return trainer_config(plan, out, **options).build()
 
 
+def _with_init_dir(plan: Plan, options: dict[str, Any]) -> Plan:
+    """``plan`` with an ``init_dir`` option moved onto it (runs/here.py passes the folder
+    beside the plan still; the same folder the plan holds once run() put it there)."""
+    init_dir = options.pop("init_dir", None)
+    return plan.with_init_folder(init_dir) if init_dir is not None else plan
+
+
 @contextmanager
 def trainer_session(
     plan: Plan, out: str | Path, *, verbose: bool = False, **options: Any
@@ -486,6 +486,7 @@ def trainer_session(
     ``close()`` (patches undone, process group torn down) and the freed memory given
     back, however the block ends. ``options`` go to :func:`trainer_config`.
     """
+    plan = _with_init_dir(plan, options)
     with quiet_torchtitan(verbose):
         trainer = build_trainer(plan, out, **options)
         try:

@@ -185,12 +185,13 @@ def test_dynamo_keeps_sizes_static_on_neuron_only():
     gpt_oss example: automatic_dynamic_shapes = False); elsewhere dynamo's default."""
     import torch._dynamo.config as dynamo_config
 
+    from qwen3_trn_helpers.device import DEVICES
     from qwen3_trn_helpers.training.compile import static_shapes
 
     default = dynamo_config.automatic_dynamic_shapes
-    with static_shapes("neuron"):
+    with static_shapes(DEVICES["neuron"]):
         assert dynamo_config.automatic_dynamic_shapes is False
-    with static_shapes("cpu"):
+    with static_shapes(DEVICES["cpu"]):
         assert dynamo_config.automatic_dynamic_shapes is default
     assert dynamo_config.automatic_dynamic_shapes is default
 

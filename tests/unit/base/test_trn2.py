@@ -11,6 +11,7 @@ import types
 
 import pytest
 
+from qwen3_trn_helpers.device import DEVICES
 from qwen3_trn_helpers.errors import ConfigError
 from qwen3_trn_helpers.lessons.reproduction import reproduction_specs
 from qwen3_trn_helpers.lessons.scaling import (
@@ -87,7 +88,7 @@ def test_memory_estimate_terms():
     assert doc.scores_gib == pytest.approx(per_layer * 36 / 2)  # selective AC keeps half
     # the Neuron runtime's own share: 96 MB microcode x 2 physical cores + 1 GiB assumed
     assert m.runtime_gib == pytest.approx(2 * 96 / 1024 + 1.0)
-    assert dataclasses.replace(plan, device_type="cpu").memory().runtime_gib == 0
+    assert dataclasses.replace(plan, device=DEVICES["cpu"]).memory().runtime_gib == 0
 
 
 def test_30b_a3b_plan_fits_in_90_percent_of_a_core():

@@ -15,6 +15,7 @@ import pytest
 import torch
 from torchtitan.models.common.attention import create_varlen_metadata_for_document
 
+from qwen3_trn_helpers.device import DEVICES
 from qwen3_trn_helpers.model.attention import DocumentMaskedSDPA, mark_document_count_dynamic
 from qwen3_trn_helpers.model.moe_blockwise import blockwise_mapping, kernel_weights
 from qwen3_trn_helpers.training import compile as tc
@@ -33,7 +34,7 @@ def test_compile_flag_maps_to_torchtitans_compile_section(tmp_path):
     assert (on.compile.enable, on.compile.backend) == (True, "inductor")
     assert on.compile.components == ["model", "loss"]
     # planned for a trn2: AWS's documented backend name (Neuron 2.33 docs)
-    assert tc.compile_config(True, "neuron").backend == "neuron"
+    assert tc.compile_config(True, DEVICES["neuron"]).backend == "neuron"
 
 
 def test_cli_has_the_compile_flag():
@@ -47,10 +48,11 @@ def test_cli_has_the_compile_flag():
 def test_package_cache_is_set_only_where_the_user_chose_none(tmp_path, monkeypatch):
     monkeypatch.setenv("QWEN3_TRN_CACHE", str(tmp_path))
     env: dict[str, str] = {}
-    assert tc.use_package_caches("cpu", env) == {tc.INDUCTOR_CACHE_VAR: str(tmp_path / "inductor")}
-    assert tc.use_package_caches("neuron", env) == {tc.NEFF_CACHE_VAR: str(tmp_path / "neff")}
+    cpu, neuron = DEVICES["cpu"], DEVICES["neuron"]
+    assert tc.use_package_caches(cpu, env) == {tc.INDUCTOR_CACHE_VAR: str(tmp_path / "inductor")}
+    assert tc.use_package_caches(neuron, env) == {tc.NEFF_CACHE_VAR: str(tmp_path / "neff")}
     mine = {tc.INDUCTOR_CACHE_VAR: "/elsewhere"}
-    assert tc.use_package_caches("cpu", mine) == {} and mine[tc.INDUCTOR_CACHE_VAR] == "/elsewhere"
+    assert tc.use_package_caches(cpu, mine) == {} and mine[tc.INDUCTOR_CACHE_VAR] == "/elsewhere"
 
 
 def test_every_trn2_launch_names_one_neff_cache(tmp_path, monkeypatch):
