@@ -14,7 +14,7 @@ from qwen3_trn_helpers.errors import ConfigError
 from qwen3_trn_helpers.training.plan import plan_run
 from qwen3_trn_helpers.training.spec import RunSpec
 
-PACKAGE = Path(__file__).resolve().parents[1] / "qwen3_trn_helpers"
+PACKAGE = Path(__file__).resolve().parents[3] / "qwen3_trn_helpers"
 #: a device name compared as a string (what the Device value replaces)
 COMPARISON = re.compile(
     r'(==|!=) "(cpu|neuron|cuda)"|device_type (==|!=|in|not in) |device (==|!=) '
