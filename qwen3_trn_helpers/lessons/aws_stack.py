@@ -188,7 +188,7 @@ def reproduce_on_fork(spec, *, python: str | None = None) -> dict:
     there) next to AWS's 6.54 / 12.43.
     """
     from ..corpus import dataset_args
-    from ..device import resolve_device
+    from ..device import as_device, resolve_device
     from ..runs.launch import child_environment
     from ..runs.weights import init_folder
     from ..training.plan import plan_run
@@ -206,7 +206,7 @@ def reproduce_on_fork(spec, *, python: str | None = None) -> dict:
     preset_name = specs["random"].preset
     config = choose_config(fork_configs(python), size=preset_name.split("-")[0])
     # one thread per rank unless set
-    env = child_environment(neuron=device_type == "neuron", threads=1)
+    env = child_environment(neuron=as_device(device_type).is_trn2, threads=1)
     runs = {}
     for init in INITS:
         plan = plan_run(specs[init].replace(out=None, overwrite=False))

@@ -23,19 +23,17 @@ from .folder import Claim, RunResult, claim, write_manifest
 from .reporter import Reporter
 
 
-def run_here(
-    plan: Plan, reporter: Reporter | None = None, init_dir: Path | None = None
-) -> RunResult:
+def run_here(plan: Plan, reporter: Reporter | None = None) -> RunResult:
     """Train a planned run (``plan_run``) in this process; its per-step metrics.
 
     Writes ``out/metrics.jsonl`` (a line per completed step, flushed at once) and
     ``out/run.json`` (the resolved settings and how the run ended). Raises a
     :class:`~qwen3_trn_helpers.errors.Qwen3TrnError` for anything the user can fix,
     before the run folder is touched; Ctrl-C stops after writing what finished.
-    ``init_dir``: the folder published weights were turned into (``init_folder``).
+    The first weights come from ``plan.init_dir`` (``runs.weights.with_init_weights``).
     """
     reporter = reporter or Reporter()
-    init_dir = init_dir or plan.init.folder
+    init_dir = plan.init_dir
 
     # the folder named, held and settled (runs/folder.py): rank 0 writes it
     with claim(plan) as taken:
@@ -71,7 +69,7 @@ def _train_in_folder(
         manifest("running")
         with (
             trainer_session(
-                plan, out, init_dir=init_dir, verbose=reporter.verbose,
+                plan, out, verbose=reporter.verbose,
                 skip_dataloader_state=reshard,
             ) as trainer,
             stop.on_sigterm() if spec.checkpoint_interval else nullcontext(),

@@ -144,7 +144,7 @@ def rank_environment(plan: Plan, neuron_cores: str | None = None) -> dict[str, s
     """The environment a training launch's torchrun and every rank get: a fresh store
     each restart round (one node's restarts too); CPU ranks share the machine's cores
     evenly; on trn2, the Neuron settings (``neuron_cores``: the class's slice)."""
-    cpu, neuron = plan.device_type == "cpu", plan.device_type == "neuron"
+    cpu, neuron = plan.device.is_cpu, plan.device.is_trn2
     threads = max(1, (os.cpu_count() or 1) // plan.nproc) if cpu else None
     return child_environment(
         neuron=neuron, threads=threads, neuron_cores=neuron_cores, fresh_store=True

@@ -329,10 +329,13 @@ class TimeLimitWarning:
 def time_limit_warning(spec: RunSpec, on_trn2: bool) -> TimeLimitWarning:
     """The warning ``spec``'s job needs: its model's checkpoint size, planned as the
     job will run (the preset a trn2 job resolves to), at the sample FSx throughput."""
+    from ..device import DEVICES, as_device
     from ..training.plan import plan_run
     from ..training.stopping import FSX_SAMPLE_WRITE_MB_S, checkpoint_bytes, signal_lead_s
 
-    device = spec.device if spec.device != "auto" else ("neuron" if on_trn2 else "cpu")
+    # a device named is the nodes'; "auto" is what the job's nodes are (on_trn2)
+    named = spec.device in DEVICES
+    device = as_device(spec.device) if named else DEVICES["neuron" if on_trn2 else "cpu"]
     nbytes = checkpoint_bytes(plan_run(spec, device_type=device).shape.parameter_count())
     return TimeLimitWarning(nbytes, FSX_SAMPLE_WRITE_MB_S, signal_lead_s(nbytes))
 

@@ -62,7 +62,7 @@ def run_with_torchrun(
             )
         check_endpoint_reachable_by_all(spec.rdzv_endpoint)
     # a student's share of a trn2 shared by a class: the cores the ranks confine to
-    cores = with_class_slice(spec).neuron_cores if plan.device_type == "neuron" else None
+    cores = with_class_slice(spec).neuron_cores if plan.device.is_trn2 else None
     # the folder named, held on one node (several: the job's rank 0 holds it) and settled
     # before any rank starts (runs/folder.py)
     with claim(plan, launcher=True) as taken:

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..device import as_device
 from .checks import (
     TrainingCheck,
     _checkpoint_cached,
@@ -175,7 +176,7 @@ def run_ladder(
             raise ConfigError(f"unknown rung {unknown[0]!r}; the rungs are: {names}")
         rungs = [r for r in rungs if r.name in only]
     ladder = Ladder(rungs)
-    on_neuron = _device_type() == "neuron"
+    on_neuron = as_device(_device_type()).is_trn2
     from ..runs.neuron_cores import CLASS_SLICE_ENV
 
     for rung in ladder.rungs:

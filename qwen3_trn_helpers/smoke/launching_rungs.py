@@ -87,12 +87,12 @@ def rung_compile() -> None:
     """The same compiled step twice, with a fresh NEFF cache: the second reads it."""
     import tempfile
 
-    from ..device import detect_device_type
+    from ..device import as_device, detect_device_type
     from ..runs.child import run_child
     from ..training.compile import NEFF_CACHE_VAR, compile_backend
 
     device_type = detect_device_type()
-    if device_type != "neuron":
+    if not as_device(device_type).is_trn2:
         _skip(
             f"needs the neuron device (backend {compile_backend('neuron')!r}); on this "
             f"machine --compile uses {compile_backend(device_type)!r} "

@@ -416,4 +416,3 @@ def newest_complete_step(folder: Path, newest: int, *, echo: bool, set_aside: bo
         skipped.append(f"step-{step}: {damage}")
         damaged.append(step_dir.name)
     return 0
-

@@ -468,13 +468,6 @@ def build_trainer(plan: Plan, out: str | Path, **options: Any) -> Trainer:
     return trainer_config(plan, out, **options).build()
 
 
-def _with_init_dir(plan: Plan, options: dict[str, Any]) -> Plan:
-    """``plan`` with an ``init_dir`` option moved onto it (runs/here.py passes the folder
-    beside the plan still; the same folder the plan holds once run() put it there)."""
-    init_dir = options.pop("init_dir", None)
-    return plan.with_init_folder(init_dir) if init_dir is not None else plan
-
-
 @contextmanager
 def trainer_session(
     plan: Plan, out: str | Path, *, verbose: bool = False, **options: Any
@@ -486,7 +479,6 @@ def trainer_session(
     ``close()`` (patches undone, process group torn down) and the freed memory given
     back, however the block ends. ``options`` go to :func:`trainer_config`.
     """
-    plan = _with_init_dir(plan, options)
     with quiet_torchtitan(verbose):
         trainer = build_trainer(plan, out, **options)
         try:
