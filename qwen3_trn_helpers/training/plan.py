@@ -116,6 +116,20 @@ class Plan:
         return self.preset.reduce_dtype if self.spec.mixed_precision == "bfloat16" else "float32"
 
     @property
+    def data_parallel(self) -> str:
+        """``simple_fsdp`` for a compiled native run on neuron, else ``fsdp2``.
+
+        AWS's TorchTitan-on-Neuron best practices: "With TorchTitan, use SimpleFSDP for
+        torch.compile work" (shared/RESEARCH_TRN2.md); training/simple_fsdp.py has the
+        CPU comparison that lets us follow it (tests/test_simple_fsdp.py).
+        """
+        from ..model.variants import TorchtitanQwen3
+
+        native = type(self.variant) is TorchtitanQwen3  # (not its MoE subclass)
+        compiled_on_neuron = self.spec.compile and self.device_type == "neuron"
+        return "simple_fsdp" if native and compiled_on_neuron else "fsdp2"
+
+    @property
     def flavor(self) -> str:
         return self.preset.name
 

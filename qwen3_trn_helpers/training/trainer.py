@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torchtitan.experiments.graph_trainer.trainer import GraphTrainer
 from torchtitan.experiments.transformers_modeling_backend.configs import (
     TransformersBackendConfig,
 )
@@ -239,6 +240,15 @@ class Qwen3TrnTrainer(_RunScope, Trainer):
         qwen3_trn: RunOptions = field(default_factory=RunOptions)
 
 
+class Qwen3TrnGraphTrainer(_RunScope, GraphTrainer):
+    """torchtitan's GraphTrainer (SimpleFSDP, the whole model compiled): the compiled
+    path on neuron (training/simple_fsdp.py says why)."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(GraphTrainer.Config):
+        qwen3_trn: RunOptions = field(default_factory=RunOptions)
+
+
 class Qwen3TrnHFTrainer(_RunScope, HFTransformerTrainer):
     """The transformers backend's trainer, for the transformers_v5 variant."""
 
@@ -330,6 +340,7 @@ def trainer_config(
     comm_mode: str = "default",
     metrics_file: str = "metrics.jsonl",
     skip_dataloader_state: bool = False,
+    data_parallel: str | None = None,
 ):
     """The ``Trainer.Config`` for a plan, shaped like torchtitan's registry entries.
 
@@ -342,6 +353,8 @@ def trainer_config(
     without the checkpoint's data position: torchtitan 0.3.0 reshards model and
     optimizer state to another world size but not the dataloader's (it asserts the
     data-parallel size is unchanged), so a resume on other ranks restarts the data.
+    ``data_parallel``: ``fsdp2`` or ``simple_fsdp`` (a :class:`Qwen3TrnGraphTrainer`
+    config, training/simple_fsdp.py); None: the plan's choice.
     """
     from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw
     from torchtitan.config import CommConfig, DebugConfig, ParallelismConfig, TrainingConfig
@@ -430,7 +443,12 @@ def trainer_config(
         loss=variant.loss_config(plan.shape, plan.loss_chunks),
         qwen3_trn=RunOptions(variant=variant.name, device=plan.device_type, settings=settings),
     )
-    return trainer.Config(**kwargs, **backend)
+    config = trainer.Config(**kwargs, **backend)
+    if (data_parallel or plan.data_parallel) == "simple_fsdp":
+        from .simple_fsdp import graph_trainer_fields
+
+        return Qwen3TrnGraphTrainer.Config(**graph_trainer_fields(config))
+    return config
 
 
 #: spec fields that may differ between the nodes of one job (each node's own business)
