@@ -65,7 +65,8 @@ def main() -> int:
     if rank() == 0:
         metrics = Path(args.out, "metrics.jsonl").read_text().splitlines()
         lines = [json.loads(line) for line in metrics]
-        record = {"path": args.path, "trainer": type(trainer).__name__, "losses": [ln["loss"] for ln in lines],
+        record = {"path": args.path, "trainer": type(trainer).__name__,
+                  "losses": [ln["loss"] for ln in lines],
                   "grad_norms": [ln["grad_norm"] for ln in lines],
                   "sharded_by": sharded_by, "graphs_compiled": graphs, "times": times}  # fmt: skip
         Path(args.out, "steps.json").write_text(json.dumps(record))
