@@ -31,10 +31,14 @@ def _plan(device: str, *, compile_: bool = True, variant: str = "native"):
 
 
 def test_compiled_native_runs_on_neuron_plan_simple_fsdp():
-    """Only a compiled native run on neuron; eager, CPU, and the other variants keep
-    FSDP2 (the MoE variant's blockwise experts and the transformers backend's model are
-    not what graph_trainer's Qwen3 parallelisation wraps)."""
+    """Only a compiled native run on neuron, FSDP alone (the layout compared below);
+    eager, CPU, tensor parallel and the other variants keep FSDP2 (the MoE variant's
+    blockwise experts and the transformers backend's model are not what
+    graph_trainer's Qwen3 parallelisation wraps)."""
     assert _plan("neuron").data_parallel == "simple_fsdp"
+    at_tp_4 = RunSpec(preset="4b", nproc=64, compile=True, out="x", device="neuron")
+    assert plan_run(at_tp_4, device_type="neuron").tp == 4
+    assert plan_run(at_tp_4, device_type="neuron").data_parallel == "fsdp2"
     assert _plan("neuron", compile_=False).data_parallel == "fsdp2"
     assert _plan("cpu").data_parallel == "fsdp2"
     assert _plan("neuron", variant="transformers_v5").data_parallel == "fsdp2"

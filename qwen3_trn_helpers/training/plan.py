@@ -120,14 +120,17 @@ class Plan:
         """``simple_fsdp`` for a compiled native run on neuron, else ``fsdp2``.
 
         AWS's TorchTitan-on-Neuron best practices: "With TorchTitan, use SimpleFSDP for
-        torch.compile work" (shared/RESEARCH_TRN2.md); training/simple_fsdp.py has the
-        CPU comparison that lets us follow it (tests/test_simple_fsdp.py).
+        torch.compile work" (shared/RESEARCH_TRN2.md). Only the layout the CPU comparison
+        covers (tests/test_simple_fsdp.py: FSDP alone, no tensor parallel, no HSDP
+        across nodes): with TP, graph_trainer parallelises with its own
+        ``spmd_backend`` (``partial_dtensor``), not the one the run was given.
         """
         from ..model.variants import TorchtitanQwen3
 
         native = type(self.variant) is TorchtitanQwen3  # (not its MoE subclass)
         compiled_on_neuron = self.spec.compile and self.device_type == "neuron"
-        return "simple_fsdp" if native and compiled_on_neuron else "fsdp2"
+        fsdp_only = self.tp == 1 and self.dp_replicate == 1
+        return "simple_fsdp" if native and compiled_on_neuron and fsdp_only else "fsdp2"
 
     @property
     def flavor(self) -> str:
