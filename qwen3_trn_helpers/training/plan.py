@@ -145,6 +145,24 @@ class Plan:
         return self.preset.reduce_dtype if self.mixed_precision == "bfloat16" else "float32"
 
     @property
+    def data_parallel(self) -> str:
+        """``simple_fsdp`` for a compiled native run on neuron, else ``fsdp2``.
+
+        AWS's TorchTitan-on-Neuron best practices: "With TorchTitan, use SimpleFSDP for
+        torch.compile work" (shared/RESEARCH_TRN2.md). Only the layout the CPU comparison
+        covers (tests/e2e/test_simple_fsdp.py: FSDP alone, no tensor parallel, no HSDP
+        across nodes): with TP, graph_trainer parallelises with its own
+        ``spmd_backend`` (``partial_dtensor``), not the one the run was given.
+        """
+        from ..model.variants import TorchtitanQwen3
+
+        native = type(self.variant) is TorchtitanQwen3  # (not its MoE subclass)
+        compiled_on_neuron = self.compile and self.device.is_trn2
+        fsdp_only = self.tp == 1 and self.dp_replicate == 1
+        return "simple_fsdp" if native and compiled_on_neuron and fsdp_only else "fsdp2"
+
+
+    @property
     def needs_hub(self) -> bool:
         """Does this run download from the Hugging Face hub (weights or text)?"""
         return self.corpus_streams or (self.init.pending and self.init.hub_id is not None)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torchtitan.experiments.graph_trainer.trainer import GraphTrainer
 from torchtitan.experiments.transformers_modeling_backend.configs import (
     TransformersBackendConfig,
 )
@@ -238,6 +239,15 @@ class Qwen3TrnTrainer(_RunScope, Trainer):
         qwen3_trn: RunOptions = field(default_factory=RunOptions)
 
 
+class Qwen3TrnGraphTrainer(_RunScope, GraphTrainer):
+    """torchtitan's GraphTrainer (SimpleFSDP, the whole model compiled): the compiled
+    path on neuron (training/simple_fsdp.py says why)."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(GraphTrainer.Config):
+        qwen3_trn: RunOptions = field(default_factory=RunOptions)
+
+
 class Qwen3TrnHFTrainer(_RunScope, HFTransformerTrainer):
     """The transformers backend's trainer, for the transformers_v5 variant."""
 
@@ -328,6 +338,7 @@ def trainer_config(
     comm_mode: str = "default",
     metrics_file: str = "metrics.jsonl",
     skip_dataloader_state: bool = False,
+    data_parallel: str | None = None,
 ):
     """The ``Trainer.Config`` for a plan, shaped like torchtitan's registry entries.
 
@@ -341,6 +352,8 @@ def trainer_config(
     (``global_order.data_position_kept``: torchtitan's per-rank state of a streamed
     corpus at another data-parallel size); our corpora's one global position loads
     at any world size.
+    ``data_parallel``: ``fsdp2`` or ``simple_fsdp`` (a :class:`Qwen3TrnGraphTrainer`
+    config, training/simple_fsdp.py); None: the plan's choice.
     """
     from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw
     from torchtitan.config import CommConfig, DebugConfig, ParallelismConfig, TrainingConfig
@@ -428,7 +441,12 @@ def trainer_config(
         loss=variant.loss_config(plan.shape, plan.loss_chunks),
         qwen3_trn=RunOptions(variant=variant, device=plan.device, settings=settings),
     )
-    return trainer.Config(**kwargs, **backend)
+    config = trainer.Config(**kwargs, **backend)
+    if (data_parallel or plan.data_parallel) == "simple_fsdp":
+        from .simple_fsdp import graph_trainer_fields
+
+        return Qwen3TrnGraphTrainer.Config(**graph_trainer_fields(config))
+    return config
 
 
 def save_timeouts(plan: Plan) -> dict[str, int]:
