@@ -161,7 +161,6 @@ class Plan:
         fsdp_only = self.tp == 1 and self.dp_replicate == 1
         return "simple_fsdp" if native and compiled_on_neuron and fsdp_only else "fsdp2"
 
-
     @property
     def needs_hub(self) -> bool:
         """Does this run download from the Hugging Face hub (weights or text)?"""
