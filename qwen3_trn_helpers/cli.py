@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     smoke.add_argument("--rung", action="append", help="climb only this rung (repeatable)")
     # on several nodes (the same command on each): the collectives rung across them
-    add_spec_arguments(smoke, ("nnodes", "rdzv_endpoint", "rdzv_timeout"))
+    add_spec_arguments(smoke, ("nnodes", "nproc", "rdzv_endpoint", "rdzv_timeout"))
 
     slurm = sub.add_parser(
         "slurm",
@@ -211,6 +211,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="EFA interfaces each trn2 pod requests (default: 16, all of a trn2.48xlarge's)",
     )
+    k8s.add_argument(
+        "--hyperpod",
+        action="store_true",
+        help="(--api pytorchjob) SageMaker HyperPod's job auto-resume: ml.trn2.48xlarge, "
+        "its health selector and annotations, namespace kubeflow or hyperpod-*",
+    )
+    for job, python_default in ((slurm, "this Python"), (k8s, "python on the image's PATH")):
+        job.add_argument("--workdir", default=None, metavar="DIR",
+                         help="the folder the job runs in on the cluster (default: this "
+                         "folder for slurm, the image's for k8s)")  # fmt: skip
+        job.add_argument("--python", default=None, metavar="PATH",
+                         help=f"the cluster's Python (default: {python_default})")  # fmt: skip
+    for checked in (slurm, smoke):
+        checked.add_argument("--fabric-floor", type=lambda t: _number(float, 0, t), default=None,
+                            metavar="GB_S", help="the fabric check's floor: GB/s of all-reduce "
+                            "bus bandwidth per node (default: 25%% of trn2's 3.2 Tbps EFA on "
+                            "trn2, none on a CPU)")  # fmt: skip
 
     add_data_parser(sub, debug, quiet)
     for job in (slurm, k8s):
@@ -544,7 +561,10 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
     from .runs.schedulers import slurm_script
 
     spec, on_trn2 = _job_spec(args)
-    print(slurm_script(spec, on_trn2=on_trn2, container_image=args.container_image), end="")
+    text = slurm_script(spec, on_trn2=on_trn2, container_image=args.container_image,
+                        python=args.python, workdir=args.workdir,
+                        fabric_floor=args.fabric_floor)  # fmt: skip
+    print(text, end="")
     return 0
 
 
@@ -555,10 +575,16 @@ def _cmd_k8s(args: argparse.Namespace) -> int:
 
     spec, on_trn2 = _job_spec(args, pod_paths=True)
     options = dict(
-        on_trn2=on_trn2, image=args.image, name=args.name, efa=args.efa, namespace=args.namespace
-    )
+        on_trn2=on_trn2, image=args.image, name=args.name, efa=args.efa, namespace=args.namespace,
+        python=args.python, workdir=args.workdir,
+    )  # fmt: skip
+    if args.hyperpod and args.api != "pytorchjob":
+        raise ConfigError(
+            "--hyperpod writes a PyTorchJob (HyperPod's auto-resume takes over the v1 "
+            "training operator's jobs): add --api pytorchjob"
+        )
     if args.api == "pytorchjob":
-        docs = [pytorchjob_manifest(spec, **options)]
+        docs = [pytorchjob_manifest(spec, hyperpod=args.hyperpod, **options)]
     else:
         docs = trainjob_manifests(spec, **options)
     print(yaml.safe_dump_all(docs, sort_keys=False), end="")
@@ -598,6 +624,10 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     from .training.metrics_file import strict_json
 
     across = spec_from_args(args) if args.nnodes > 1 else None  # (its fields: the nodes')
+    if args.fabric_floor is not None:  # to every rank of the collectives rung
+        from .runs.fabric import FLOOR_ENV
+
+        os.environ[FLOOR_ENV] = f"{args.fabric_floor:g}"
     ladder = run_ladder(
         args.out, full=not args.no_full_size, only=args.rung, echo=not args.json, across=across
     )

@@ -7,8 +7,9 @@ Each rung checks one layer of the stack, in the order things break on a new mach
 2. ``registration``: PrivateUse1 is named ``neuron``, the device count at the
    configured LNC, ``torch.accelerator``, the process-group backend, torchtitan's device;
 3. ``collectives``: 2 ranks, an all_reduce and one FSDP2 step on the device (with
-   ``--nnodes N --rdzv-endpoint HOST:PORT``, run on every node: one rank per node, the
-   fabric between the nodes, and only this rung);
+   ``--nnodes N --nproc P --rdzv-endpoint HOST:PORT``, run on every node: every rank of
+   every node, the fabric between the nodes with each node's bus bandwidth against a
+   floor (runs/fabric.py), and only this rung);
 4. ``nki_moe_kernel``: the NKI MoE op against its PyTorch reference, forward and
    gradients, at Qwen3-30B-A3B's expert width with 4 experts and with all 128 of its
    experts (the count the 30b-a3b preset trains with, which no CPU test can reach);
@@ -423,7 +424,7 @@ def _python() -> list[str]:
 
 def _command(rung: Rung, out: Path, across: RunSpec | None = None) -> list[str]:
     """The child process of a rung: this module, or qwen3-trn train (torchrun inside).
-    ``across``: the nodes the collectives rung spans (one rank on each), or one node."""
+    ``across``: the nodes the collectives rung spans (``nproc`` ranks on each), or one node."""
     if rung.train:
         return [sys.executable, "-m", "qwen3_trn_helpers", "train", *rung.train,
                 "--out", str(out / rung.name), "--overwrite", "--no-progress"]  # fmt: skip
@@ -434,7 +435,7 @@ def _command(rung: Rung, out: Path, across: RunSpec | None = None) -> list[str]:
             where = [f"--nnodes={across.nnodes}", "--rdzv-backend=c10d",
                      f"--rdzv-endpoint={across.rdzv_endpoint}",
                      f"--rdzv-conf=join_timeout={across.rdzv_timeout}"]  # fmt: skip
-            nproc = 1
+            nproc = across.nproc  # every rank of every node (64 on a trn2.48xlarge)
         return [sys.executable, "-m", "torch.distributed.run", *where,
                 f"--nproc-per-node={nproc}", *_share(nproc), "-m", "qwen3_trn_helpers.smoke",
                 rung.name]  # fmt: skip
@@ -460,7 +461,7 @@ def run_ladder(
 
     ``across``: a spec with ``nnodes`` > 1 and its ``rdzv_endpoint``: this node is one of
     several climbing at once, before a job trains on them. Only the collectives rung
-    runs, one rank per node through the job's own kind of rendezvous, so each node says
+    runs, every rank of every node through the job's own kind of rendezvous, so each node says
     whether the fabric between them carries an all_reduce, an all_gather and an FSDP2
     step; its files go to ``out/HOST-PID`` (nodes may share ``out``).
     """
@@ -769,6 +770,12 @@ def rung_collectives() -> None:
     after = model(data).pow(2).mean().detach().reshape(1)
     gathered = [torch.zeros_like(after) for _ in range(world)]
     dist.all_gather(gathered, after)
+    nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+    fabric_ok, fabric = True, ""
+    if nodes > 1:  # every rank of every node: each node's bus bandwidth, against a floor
+        from .runs.fabric import check_here
+
+        fabric_ok, fabric = check_here(device, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     # Every rank done with its collectives, and the sharded model freed, before the
     # process group goes: destroyed right after the all_gather with the model alive, a
     # gloo rank aborted at exit in 3-4 of 12 runs here ("terminate called without an
@@ -782,12 +789,15 @@ def rung_collectives() -> None:
     if not all(math.isfinite(v) and v == values[0] for v in values):
         print(f"fail: after one FSDP2 step the ranks' losses differ or are not finite: {values}")
         sys.exit(1)
-    nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+    node = os.environ.get("GROUP_RANK", "0")
+    where = f"node {node} of {nodes} ({socket.gethostname()}): " if nodes > 1 else ""
+    if not fabric_ok:  # every rank of the node fails; its first one says why
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            print(f"fail: {where}{fabric}")
+        sys.exit(1)
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        node = os.environ.get("GROUP_RANK", "0")
-        where = f"node {node} of {nodes} ({socket.gethostname()}): " if nodes > 1 else ""
         said = f"{world} ranks on {device_type} ({backend}): all_reduce and an FSDP2 step"
-        print(f"ok: {where}{said}")
+        print(f"ok: {where}{said}" + (f"; {fabric}" if fabric else ""))
 
 
 def _nki_vs_reference(experts: int, top_k: int, tokens: int = 256) -> tuple[float, str]:
