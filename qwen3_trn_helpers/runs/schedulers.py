@@ -232,7 +232,9 @@ def slurm_script(
         'mkdir -p -- "$out"',
         "",
         "# the first node hosts the rendezvous, at the address Slurm itself reaches it by",
-        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "# (awk reads every name: head would leave scontrol a closed pipe, and SIGPIPE",
+        "# under pipefail ends the script once the node list outgrows one write)",
+        "head_node=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | awk 'NR == 1')",
         'head_addr=$(scontrol show node "$head_node" | grep -oE "NodeAddr=[^ ]+" '
         "| cut -d= -f2) || true",
         "head_addr=${head_addr:-$head_node}",
