@@ -201,7 +201,16 @@ def add_smoke_parser(sub: Any, debug: argparse.ArgumentParser) -> None:
     )
     smoke.add_argument("--rung", action="append", help="climb only this rung (repeatable)")
     # on several nodes (the same command on each): the collectives rung across them
-    add_spec_arguments(smoke, ("nnodes", "rdzv_endpoint", "rdzv_timeout"))
+    add_spec_arguments(smoke, ("nnodes", "nproc", "rdzv_endpoint", "rdzv_timeout"))
+    add_fabric_floor(smoke)
+
+
+def add_fabric_floor(parser: argparse.ArgumentParser) -> None:
+    """The fabric check's floor (smoke's collectives rung across nodes; a Slurm job's)."""
+    parser.add_argument("--fabric-floor", type=lambda t: _number(float, 0, t), default=None,
+                        metavar="GB_S", help="the fabric check's floor: GB/s of all-reduce "
+                        "bus bandwidth per node (default: 25%% of trn2's 3.2 Tbps EFA on "
+                        "trn2, none on a CPU)")  # fmt: skip
 
 
 def add_slurm_parser(sub: Any, debug: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -219,6 +228,7 @@ def add_slurm_parser(sub: Any, debug: argparse.ArgumentParser) -> argparse.Argum
         help="run every node's steps in this image with Pyxis (srun --container-image; "
         "docker/Dockerfile's image, named as enroot does: REGISTRY#NAME:TAG)",
     )
+    add_fabric_floor(slurm)
     return slurm
 
 
@@ -252,12 +262,26 @@ def add_k8s_parser(sub: Any, debug: argparse.ArgumentParser) -> argparse.Argumen
         metavar="N",
         help="EFA interfaces each trn2 pod requests (default: 16, all of a trn2.48xlarge's)",
     )
+    k8s.add_argument(
+        "--hyperpod",
+        action="store_true",
+        help="(--api pytorchjob) SageMaker HyperPod's job auto-resume: ml.trn2.48xlarge, "
+        "its health selector and annotations, namespace kubeflow or hyperpod-*",
+    )
     return k8s
 
 
 def add_job_flags(*jobs: argparse.ArgumentParser) -> None:
     """What every job file's command takes (slurm, k8s)."""
     for job in jobs:
+        python_default = (
+            "this Python" if job.prog.endswith("slurm") else "python on the image's PATH"
+        )
+        job.add_argument("--workdir", default=None, metavar="DIR",
+                         help="the folder the job runs in on the cluster (default: this "
+                         "folder for slurm, the image's for k8s)")  # fmt: skip
+        job.add_argument("--python", default=None, metavar="PATH",
+                         help=f"the cluster's Python (default: {python_default})")  # fmt: skip
         # a job file states its length: no silent default of a few steps on a cluster
         job.set_defaults(steps=None)
         job.add_argument(
@@ -544,7 +568,13 @@ def _spec_as_given(args: argparse.Namespace):
 def _cmd_slurm(args: argparse.Namespace) -> int:
     from .runs.jobs import slurm_job
 
-    print(slurm_job(_job(args), container_image=args.container_image), end="")
+    print(
+        slurm_job(
+            _job(args), container_image=args.container_image, python=args.python,
+            workdir=args.workdir, fabric_floor=args.fabric_floor,
+        ),
+        end="",
+    )  # fmt: skip
     return 0
 
 
@@ -555,7 +585,8 @@ def _cmd_k8s(args: argparse.Namespace) -> int:
 
     docs = k8s_job(
         _job(args, pod_paths=True), api=args.api, image=args.image, name=args.name,
-        efa=args.efa, namespace=args.namespace,
+        efa=args.efa, namespace=args.namespace, python=args.python, workdir=args.workdir,
+        hyperpod=args.hyperpod,
     )  # fmt: skip
     print(yaml.safe_dump_all(docs, sort_keys=False), end="")
     return 0
@@ -594,6 +625,10 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     from .training.metrics_file import strict_json
 
     across = spec_from_args(args) if args.nnodes > 1 else None  # (its fields: the nodes')
+    if args.fabric_floor is not None:  # to every rank of the collectives rung
+        from .runs.fabric import FLOOR_ENV
+
+        os.environ[FLOOR_ENV] = f"{args.fabric_floor:g}"
     ladder = run_ladder(
         args.out, full=not args.no_full_size, only=args.rung, echo=not args.json, across=across
     )

@@ -83,6 +83,12 @@ def k8s_job(job: JobPlan, *, api: str, **options: Any) -> list[dict]:
     else a TrainingRuntime and its TrainJob (``options``: the writers')."""
     from .schedulers import pytorchjob_manifest, trainjob_manifests
 
+    hyperpod = options.pop("hyperpod", False)
+    if hyperpod and api != "pytorchjob":
+        raise ConfigError(
+            "--hyperpod writes a PyTorchJob (HyperPod's auto-resume takes over the v1 "
+            "training operator's jobs): add --api pytorchjob"
+        )
     if api == "pytorchjob":
-        return [pytorchjob_manifest(job.spec, on_trn2=job.on_trn2, **options)]
+        return [pytorchjob_manifest(job.spec, on_trn2=job.on_trn2, hyperpod=hyperpod, **options)]
     return trainjob_manifests(job.spec, on_trn2=job.on_trn2, **options)

@@ -70,6 +70,39 @@ JOB_MAX_RESTARTS = 3
 #: from the checkpoint's size (training/stopping.py signal_lead_s, at least 300 s)
 #: seconds a pod has after SIGTERM to save its step before SIGKILL
 POD_GRACE_S = 300
+#: every trn2 node's setup before the job's steps, as neuronx-distributed-training's
+#: examples/train_setup.sh does it on Slurm: FSx for Lustre's client caps the dirty
+#: cache each connection reserves ("so we avoid OODs", its comment), and the job's port
+#: is reserved so that no outgoing connection takes it as its source port (it reserves
+#: its MASTER_PORT, 41000). Guarded: a node without lctl (no Lustre) or without sudo
+#: rights says so in one warning and goes on; the reservation is added to the node's
+#: list, never replacing it. $1: the job's port.
+NODE_SETUP = (
+    "port=$1; node=$(hostname); "
+    "if command -v lctl >/dev/null 2>&1; then "
+    "sudo -n lctl set_param 'osc.*.max_dirty_mb=64' >/dev/null 2>&1 || "
+    'echo "warning: node $node: lctl set_param osc.*.max_dirty_mb=64 refused (no sudo '
+    'rights?); FSx keeps its default" >&2; fi; '
+    "reserved=$(sysctl -n net.ipv4.ip_local_reserved_ports 2>/dev/null || true); "
+    'case ",$reserved," in *",$port,"*) ;; *) '
+    'sudo -n sysctl -w "net.ipv4.ip_local_reserved_ports=${reserved:+$reserved,}$port" '
+    '>/dev/null 2>&1 || echo "warning: node $node: port $port not reserved '
+    '(net.ipv4.ip_local_reserved_ports needs sudo rights)" >&2;; esac; true'
+)
+#: SageMaker HyperPod (EKS): what its job auto-resume needs ("Running jobs using
+#: kubectl", SageMaker developer guide, sagemaker-hyperpod-eks-run-jobs-kubectl): the two
+#: annotations, restartPolicy OnFailure, a node selector for nodes its health checks
+#: passed, the kubeflow namespace or one prefixed hyperpod, and Kubeflow Training
+#: Operator 1.7.0, 1.8.0 or 1.8.1. HyperPod's nodes carry their ml. instance type.
+HYPERPOD_AUTO_RESUME = "sagemaker.amazonaws.com/enable-job-auto-resume"
+HYPERPOD_MAX_RETRY = "sagemaker.amazonaws.com/job-max-retry-count"
+HYPERPOD_HEALTH = {"sagemaker.amazonaws.com/node-health-status": "Schedulable"}
+HYPERPOD_INSTANCE_TYPE = "ml.trn2.48xlarge"
+HYPERPOD_NAMESPACE = "kubeflow"
+HYPERPOD_OPERATOR_VERSIONS = ("1.7.0", "1.8.0", "1.8.1")
+#: a replaced node joins after HyperPod's health checks: AWS's HyperPod guide has
+#: torchrun wait 1800 s for the rendezvous (--rdzv-conf=timeout=1800) for that reason
+HYPERPOD_RDZV_TIMEOUT_S = 1800
 
 
 def refuse_control_characters(spec: RunSpec, extra: dict[str, str]) -> None:
@@ -135,12 +168,16 @@ def slurm_script(
     python: str | None = None,
     workdir: str | None = None,
     container_image: str | None = None,
+    fabric_floor: float | None = None,
 ) -> str:
     """An sbatch script that runs ``spec`` on ``spec.nnodes`` nodes and survives.
 
-    ``workdir`` is the job's ``--chdir``: where the repository is checked out on the
-    cluster (shared storage every node mounts); by default the folder this runs in,
-    which is right when the script is generated on the cluster itself.
+    ``workdir`` is the folder every step runs in: where the repository is checked out
+    on the cluster (shared storage every node mounts); by default the folder this runs
+    in, which is right when the script is generated on the cluster itself. ``python``:
+    the cluster's interpreter (its venv), by default this one. Both are written as data.
+    ``fabric_floor``: the fabric check's floor in GB/s of bus bandwidth per node
+    (runs/fabric.py; by default a share of trn2's EFA on trn2, none on a CPU).
 
     The first allocated node hosts the rendezvous. Its address is the one slurmctld
     reaches it by (NodeAddr), resolved to an IPv4 address on the node itself; never
@@ -155,6 +192,7 @@ def slurm_script(
     # (in a container: the image's Python, runs/container.py)
     python = python or (CONTAINER_PYTHON if container_image else sys.executable)
     workdir = workdir or os.getcwd()
+    _check_cluster_paths(python, workdir, bare_python=False)
     spec = _check(spec, python=python, **{"the working folder": workdir})
     spec = spec.replace(out=os.path.normpath(os.path.join(workdir, spec.out)))
     name = f"qwen3-trn-{spec.variant}".replace("_", "-")
@@ -194,7 +232,9 @@ def slurm_script(
         *warning.trap_lines(),
         "",
         "# the first node hosts the rendezvous, at the address Slurm itself reaches it by",
-        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "# (awk reads every name: head would leave scontrol a closed pipe, and SIGPIPE",
+        "# under pipefail ends the script once the node list outgrows one write)",
+        "head_node=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | awk 'NR == 1')",
         'head_addr=$(scontrol show node "$head_node" | grep -oE "NodeAddr=[^ ]+" '
         "| cut -d= -f2) || true",
         "head_addr=${head_addr:-$head_node}",
@@ -247,20 +287,24 @@ def slurm_script(
         f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c {q(check)} \\",
         f'  check "$python" {" ".join(needed)}',
     ]
+    if on_trn2:
+        lines += [
+            "",
+            "# every node's setup, as neuronx-distributed-training's train_setup.sh: FSx's",
+            "# dirty cache per connection capped (lctl set_param osc.*.max_dirty_mb=64),",
+            "# the job's port reserved (net.ipv4.ip_local_reserved_ports); a node without",
+            "# lctl or sudo rights warns and goes on",
+            f'srun --ntasks-per-node=1 bash -c {q(NODE_SETUP)} setup "$port"',
+        ]
     lines += [
         "",
-        "# the fabric between the nodes first: one rank per node, an all_reduce and one",
-        "# FSDP step across them (the smoke ladder's collectives rung, one line per node;",
-        "# its logs beside this job's); a node that cannot reach the others fails here in",
-        "# seconds, not after the model is built",
-        'srun --ntasks-per-node=1 --kill-on-bad-exit=1 "$python" -m qwen3_trn_helpers smoke \\',
-        f"  --nnodes {spec.nnodes} --rdzv-timeout {spec.rdzv_timeout} \\",
-        '  --rdzv-endpoint "$head_ip:$(( port + 2 ))" --out "qwen3-trn-$SLURM_JOB_ID-fabric"',
+        'fabric_out="$PWD/qwen3-trn-$SLURM_JOB_ID-fabric"  # beside the log',
+        'cd -- "$workdir"',
     ]
+    lines += _fabric_lines(spec, on_trn2, container_image is None, fabric_floor)
     cmd = ["-m", "qwen3_trn_helpers", "train", *_train_args(spec, leave_out=("out",))]
     lines += [
         "",
-        'cd -- "$workdir"',
         "# one task per node; a failing node stops the others (--kill-on-bad-exit), and",
         "# scancel's SIGTERM reaches every rank through qwen3-trn and torchrun",
         'srun --kill-on-bad-exit=1 --ntasks-per-node=1 "$python" \\',
@@ -338,6 +382,80 @@ def time_limit_warning(spec: RunSpec, on_trn2: bool) -> TimeLimitWarning:
     device = as_device(spec.device) if named else DEVICES["neuron" if on_trn2 else "cpu"]
     nbytes = checkpoint_bytes(plan_run(spec, device_type=device).shape.parameter_count())
     return TimeLimitWarning(nbytes, FSX_SAMPLE_WRITE_MB_S, signal_lead_s(nbytes))
+
+
+def _check_cluster_paths(python: str, workdir: str, *, bare_python: bool) -> None:
+    """``--python`` and ``--workdir`` as the cluster's nodes (or pods) will use them:
+    absolute (a pod's Python may be a bare command name its image's PATH finds), and
+    without control characters (a newline would end a script's line)."""
+    for flag, value in (("--python", python), ("--workdir", workdir)):
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ConfigError(
+                f"{flag} holds a control character ({value!r}); a job file takes paths "
+                "without newlines or tabs: rename it"
+            )
+    if not (os.path.isabs(python) or (bare_python and "/" not in python and python)):
+        raise ConfigError(
+            f"--python {python!r} must be an absolute path on the cluster's nodes (for "
+            "example /fsx/venv/bin/python)"
+            + (", or a command name the image's PATH finds (python)" if bare_python else "")
+        )
+    if not os.path.isabs(workdir):
+        raise ConfigError(
+            f"--workdir {workdir!r} must be an absolute path on the cluster's nodes (for "
+            "example /fsx/qwen3-trn)"
+        )
+
+
+def _fabric_lines(spec: RunSpec, on_trn2: bool, on_host: bool, floor: float | None) -> list[str]:
+    """The fabric check before training (runs/fabric.py): every rank of every node, an
+    all-reduce that measures each node's bus bandwidth, a node below the floor fails the
+    job. Its port is the job's own rendezvous port: the check's torchrun has ended on
+    every node before the training's starts (srun returns when every task has), and its
+    store listens with SO_REUSEADDR, so the port is free again; a second port
+    (``port + 2`` before) was one more to collide with another job's on the same host.
+    ``on_host``: the steps run on the nodes themselves, not in a container, so trn2's
+    nodes may have Neuron's nccom-test, which then measures instead."""
+    from .fabric import FLOOR_FRACTION, NEURON_BYTES
+
+    floor_flag = [] if floor is None else ["--fabric-floor", f"{floor:g}"]
+    where = (
+        f"floor {floor:g} GB/s (--fabric-floor)"
+        if floor is not None
+        else f"floor {FLOOR_FRACTION:.0%} of trn2's 3.2 Tbps EFA"
+        if on_trn2
+        else "no floor on a CPU unless --fabric-floor"
+    )
+    nccom = on_trn2 and on_host
+    smoke = [
+        "# the fabric between the nodes first, every rank of every node "
+        f"({spec.nproc} per node): an",
+        "# all_reduce and an FSDP step (the smoke ladder's collectives rung), then an",
+        "# all-reduce that measures each node's bus bandwidth (nccl-tests' definition)",
+        f"# with its neighbour nodes; one pass/fail line per node, {where}.",
+        "# A node that cannot reach the others, or is too slow, fails the job here",
+        'srun --ntasks-per-node=1 --kill-on-bad-exit=1 "$python" -m qwen3_trn_helpers smoke \\',
+        f"  --nnodes {spec.nnodes} --nproc {spec.nproc} --rdzv-timeout {spec.rdzv_timeout} \\",
+        '  --rdzv-endpoint "$head_ip:$port" --out "$fabric_out"'
+        + "".join(f" {a}" for a in floor_flag),
+    ]
+    if not nccom:
+        return ["", *smoke]
+    nccom_floor = [] if floor is None else ["--floor", f"{floor:g}"]
+    return [
+        "",
+        "# Neuron's own collectives benchmark where it is installed: nccom-test between",
+        "# each pair of nodes, from this node (it reaches the others over ssh)",
+        "if command -v nccom-test >/dev/null 2>&1; then",
+        '  node_ips=$(for h in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do',
+        "    getent ahostsv4 \"$h\" | awk 'NR == 1 {print $1}'; done)",
+        f'  "$python" -m qwen3_trn_helpers.runs.fabric nccom --nproc {spec.nproc} '
+        f"--bytes {NEURON_BYTES} \\",
+        f'    --port "$port" {"".join(f"{a} " for a in nccom_floor)}$node_ips',
+        "else",
+        *("  " + line for line in smoke),
+        "fi",
+    ]
 
 
 def _k8s_out(spec: RunSpec) -> str:
@@ -452,11 +570,46 @@ def _k8s_parts(spec: RunSpec, on_trn2: bool, image: str, efa: int | None):
     return spec, env_list, resources, volumes, mounts
 
 
-def _pod_basics(on_trn2: bool) -> dict:
+def _pod_basics(on_trn2: bool, hyperpod: bool = False) -> dict:
     basics: dict = {"terminationGracePeriodSeconds": POD_GRACE_S}
-    if on_trn2:
-        basics["nodeSelector"] = {"node.kubernetes.io/instance-type": "trn2.48xlarge"}
+    selector = {}
+    if on_trn2:  # HyperPod's nodes carry the ml. name of their instance type
+        kind = HYPERPOD_INSTANCE_TYPE if hyperpod else "trn2.48xlarge"
+        selector["node.kubernetes.io/instance-type"] = kind
+    if hyperpod:  # only nodes HyperPod's health checks passed
+        selector.update(HYPERPOD_HEALTH)
+    if selector:
+        basics["nodeSelector"] = selector
     return basics
+
+
+def hyperpod_namespace(namespace: str | None) -> str:
+    """The namespace a HyperPod job runs in: ``kubeflow`` by default, or one prefixed
+    ``hyperpod``; any other is one line (auto-resume does not watch it)."""
+    if namespace is None:
+        return HYPERPOD_NAMESPACE
+    if namespace != HYPERPOD_NAMESPACE and not namespace.startswith("hyperpod"):
+        raise ConfigError(
+            f"--namespace {namespace!r}: HyperPod's job auto-resume runs only in the "
+            f"{HYPERPOD_NAMESPACE} namespace or one prefixed hyperpod: pass --namespace "
+            f"{HYPERPOD_NAMESPACE} (or hyperpod-...)"
+        )
+    return namespace
+
+
+def _k8s_command(spec: RunSpec, python: str | None, endpoint: str) -> list[str]:
+    """The container's command: ``qwen3-trn train`` with the cluster's Python (data)."""
+    python = python or "python"
+    _check_cluster_paths(python, "/", bare_python=True)
+    train = shlex.join([python, "-m", "qwen3_trn_helpers", "train", *_train_args(spec)])
+    return ["bash", "-c", f"exec {train} {endpoint}"]
+
+
+def _working_dir(workdir: str | None) -> dict:
+    if workdir is None:
+        return {}
+    _check_cluster_paths("/", workdir, bare_python=False)
+    return {"workingDir": workdir}  # Kubernetes' own field: no shell reads it
 
 
 def pytorchjob_manifest(
@@ -467,9 +620,22 @@ def pytorchjob_manifest(
     name: str | None = None,
     efa: int | None = None,
     namespace: str | None = None,
+    hyperpod: bool = False,
+    python: str | None = None,
+    workdir: str | None = None,
 ) -> dict:
     """A Kubeflow PyTorchJob (kubeflow.org/v1, HyperPod's) running ``spec`` on
     ``spec.nnodes`` pods.
+
+    ``hyperpod``: the job SageMaker HyperPod's auto-resume takes over (AWS's "Running
+    jobs using kubectl"): its two annotations (the retry count is ``--max-restarts``),
+    ``OnFailure``, nodes selected by ``ml.trn2.48xlarge`` and a ``Schedulable`` health
+    status, the ``kubeflow`` namespace (or one prefixed ``hyperpod``), a rendezvous
+    that waits 1800 s for a replaced node; no Volcano (HyperPod schedules with the
+    default scheduler, or Kueue under its task governance; a pod naming a scheduler the
+    cluster lacks never runs).
+    ``python`` / ``workdir``: the image's interpreter and folder, if not ``python`` on
+    its PATH and its own working directory.
 
     The elastic form, Workers only: the training operator then sets the rendezvous
     (``PET_RDZV_ENDPOINT``, worker 0's address) and none of RANK / WORLD_SIZE, which a
@@ -485,28 +651,40 @@ def pytorchjob_manifest(
     check_k8s_name(name, "--name")
     if namespace is not None:
         check_k8s_name(namespace, "--namespace")
+    if hyperpod:
+        namespace = hyperpod_namespace(namespace)
+        spec = spec.replace(rdzv_timeout=max(spec.rdzv_timeout, HYPERPOD_RDZV_TIMEOUT_S))
     spec, env, resources, volumes, mounts = _k8s_parts(spec, on_trn2, image, efa)
-    train = shlex.join(["python", "-m", "qwen3_trn_helpers", "train", *_train_args(spec)])
     container = {
         "name": "pytorch",  # the operator reads the port from the container of this name
         "image": image,
-        "command": ["bash", "-c", f'exec {train} --rdzv-endpoint "$PET_RDZV_ENDPOINT"'],
+        "command": _k8s_command(spec, python, '--rdzv-endpoint "$PET_RDZV_ENDPOINT"'),
+        **_working_dir(workdir),
         "env": env,
         "ports": [{"name": "pytorchjob-port", "containerPort": RDZV_PORT}],
         "resources": resources,
         "volumeMounts": mounts,
     }
     pod_spec = {
-        **_pod_basics(on_trn2),
-        "schedulerName": "volcano",
+        **_pod_basics(on_trn2, hyperpod),
+        **({} if hyperpod else {"schedulerName": "volcano"}),
         "restartPolicy": "OnFailure",
         "containers": [container],
         "volumes": volumes,
     }
+    metadata = _metadata(name, namespace)
+    run_policy: dict = {"cleanPodPolicy": "None", "backoffLimit": spec.max_restarts}
+    if hyperpod:
+        metadata["annotations"] = {
+            HYPERPOD_AUTO_RESUME: "true",
+            HYPERPOD_MAX_RETRY: str(spec.max_restarts),
+        }
+    else:
+        run_policy["schedulingPolicy"] = {"minAvailable": spec.nnodes}  # gang: all or none
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": _metadata(name, namespace),
+        "metadata": metadata,
         "spec": {
             "elasticPolicy": {
                 "rdzvBackend": "c10d",
@@ -514,11 +692,7 @@ def pytorchjob_manifest(
                 "maxReplicas": spec.nnodes,
                 "maxRestarts": spec.max_restarts,
             },
-            "runPolicy": {
-                "cleanPodPolicy": "None",
-                "backoffLimit": spec.max_restarts,
-                "schedulingPolicy": {"minAvailable": spec.nnodes},  # gang: all or none
-            },
+            "runPolicy": run_policy,
             "pytorchReplicaSpecs": {
                 "Worker": {
                     "replicas": spec.nnodes,
@@ -538,6 +712,8 @@ def trainjob_manifests(
     name: str | None = None,
     efa: int | None = None,
     namespace: str | None = None,
+    python: str | None = None,
+    workdir: str | None = None,
 ) -> list[dict]:
     """A Kubeflow Trainer v2 TrainingRuntime and the TrainJob that uses it.
 
@@ -554,8 +730,8 @@ def trainjob_manifests(
         check_k8s_name(namespace, "--namespace")
     spec, env, resources, volumes, mounts = _k8s_parts(spec, on_trn2, image, efa)
     runtime = f"{name}-runtime"
-    train = shlex.join(["python", "-m", "qwen3_trn_helpers", "train", *_train_args(spec)])
     endpoint = '--rdzv-endpoint "$PET_MASTER_ADDR:$PET_MASTER_PORT"'
+    command = _k8s_command(spec, python, endpoint)
     pod_spec = {
         **_pod_basics(on_trn2),
         "restartPolicy": "Never",  # the JobSet restarts the whole job (failurePolicy)
@@ -563,6 +739,7 @@ def trainjob_manifests(
             {
                 "name": "node",  # Trainer v2's trainer container
                 "image": image,
+                **_working_dir(workdir),
                 "volumeMounts": mounts,
             }
         ],
@@ -609,7 +786,7 @@ def trainjob_manifests(
             "trainer": {
                 "image": image,
                 "numNodes": spec.nnodes,
-                "command": ["bash", "-c", f"exec {train} {endpoint}"],
+                "command": command,
                 "env": env,
                 "resourcesPerNode": resources,
             },

@@ -7,8 +7,9 @@ Each rung checks one layer of the stack, in the order things break on a new mach
 2. ``registration``: PrivateUse1 is named ``neuron``, the device count at the
    configured LNC, ``torch.accelerator``, the process-group backend, torchtitan's device;
 3. ``collectives``: 2 ranks, an all_reduce and one FSDP2 step on the device (with
-   ``--nnodes N --rdzv-endpoint HOST:PORT``, run on every node: one rank per node, the
-   fabric between the nodes, and only this rung);
+   ``--nnodes N --nproc P --rdzv-endpoint HOST:PORT``, run on every node: every rank of
+   every node, the fabric between the nodes with each node's bus bandwidth against a
+   floor (runs/fabric.py), and only this rung);
 4. ``nki_moe_kernel``: the NKI MoE op against its PyTorch reference, forward and
    gradients, at Qwen3-30B-A3B's expert width with 4 experts and with all 128 of its
    experts (the count the 30b-a3b preset trains with, which no CPU test can reach);

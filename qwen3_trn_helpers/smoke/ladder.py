@@ -124,7 +124,7 @@ SMOKE_MODULE = ("-m", "qwen3_trn_helpers.smoke")
 
 def _command(rung: Rung, out: Path, across: RunSpec | None = None) -> list[str]:
     """The child process of a rung: this package, or qwen3-trn train (torchrun inside).
-    ``across``: the nodes the collectives rung spans (one rank on each), or one node."""
+    ``across``: the nodes the collectives rung spans (``nproc`` ranks on each), or one node."""
     if rung.train:
         return [sys.executable, "-m", "qwen3_trn_helpers", "train", *rung.train,
                 "--out", str(out / rung.name), "--overwrite", "--no-progress"]  # fmt: skip
@@ -134,8 +134,10 @@ def _command(rung: Rung, out: Path, across: RunSpec | None = None) -> list[str]:
         body = [*SMOKE_MODULE, rung.name]
         if across is None:  # 2 ranks on this node
             return torchrun(body, nproc=2, in_share=True)
-        return torchrun(  # one rank per node, through the rendezvous a job's training meets
-            body, nproc=1, in_share=True, nnodes=across.nnodes,
+        # every rank of every node (64 on a trn2.48xlarge), through the rendezvous a
+        # job's training meets
+        return torchrun(
+            body, nproc=across.nproc, in_share=True, nnodes=across.nnodes,
             rdzv_endpoint=across.rdzv_endpoint, rdzv_timeout=across.rdzv_timeout,
         )  # fmt: skip
     return [sys.executable, *SMOKE_MODULE, rung.name]
@@ -153,7 +155,7 @@ def run_ladder(
 
     ``across``: a spec with ``nnodes`` > 1 and its ``rdzv_endpoint``: this node is one of
     several climbing at once, before a job trains on them. Only the collectives rung
-    runs, one rank per node through the job's own kind of rendezvous, so each node says
+    runs, every rank of every node through the job's own kind of rendezvous, so each node says
     whether the fabric between them carries an all_reduce, an all_gather and an FSDP2
     step; its files go to ``out/HOST-PID`` (nodes may share ``out``).
     """

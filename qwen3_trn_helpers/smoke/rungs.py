@@ -176,6 +176,12 @@ def rung_collectives() -> None:
     after = model(data).pow(2).mean().detach().reshape(1)
     gathered = [torch.zeros_like(after) for _ in range(world)]
     dist.all_gather(gathered, after)
+    nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+    fabric_ok, fabric = True, ""
+    if nodes > 1:  # every rank of every node: each node's bus bandwidth, against a floor
+        from ..runs.fabric import check_here
+
+        fabric_ok, fabric = check_here(device, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     # Every rank done with its collectives, and the sharded model freed, before the
     # process group goes: destroyed right after the all_gather with the model alive, a
     # gloo rank aborted at exit in 3-4 of 12 runs here ("terminate called without an
@@ -189,12 +195,15 @@ def rung_collectives() -> None:
     if not all(math.isfinite(v) and v == values[0] for v in values):
         print(f"fail: after one FSDP2 step the ranks' losses differ or are not finite: {values}")
         sys.exit(1)
-    nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+    node = os.environ.get("GROUP_RANK", "0")
+    where = f"node {node} of {nodes} ({socket.gethostname()}): " if nodes > 1 else ""
+    if not fabric_ok:  # every rank of the node fails; its first one says why
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            print(f"fail: {where}{fabric}")
+        sys.exit(1)
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        node = os.environ.get("GROUP_RANK", "0")
-        where = f"node {node} of {nodes} ({socket.gethostname()}): " if nodes > 1 else ""
         said = f"{world} ranks on {device_type} ({backend}): all_reduce and an FSDP2 step"
-        print(f"ok: {where}{said}")
+        print(f"ok: {where}{said}" + (f"; {fabric}" if fabric else ""))
 
 
 def _nki_vs_reference(experts: int, top_k: int, tokens: int = 256) -> tuple[float, str]:

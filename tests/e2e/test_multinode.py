@@ -548,7 +548,9 @@ def test_slurm_script_for_trn2(tmp_path):
     fabric = text[
         text.index("-m qwen3_trn_helpers smoke") : text.index("-m qwen3_trn_helpers train")
     ]
-    assert "--nnodes 4 --rdzv-timeout 600" in fabric and '"$head_ip:$(( port + 2 ))"' in fabric
+    # every rank of every node, on the job's own port (no second port to collide)
+    assert "--nnodes 4 --nproc 64 --rdzv-timeout 600" in fabric
+    assert '"$head_ip:$port"' in fabric and "port + " not in text
     cpu = slurm_script(spec.replace(device="cpu", checkpoint_interval=5), on_trn2=False)
     assert "FI_PROVIDER" not in cpu and "--exclusive" not in cpu
     assert "--checkpoint-interval 5 " in cpu
