@@ -214,7 +214,24 @@ class Plan:
             "init": self.spec.init,
             "steps": self.steps,
             "lr": self.lr,
+            # only where it differs from what was asked (a CPU without bf16 matmul)
+            **(
+                {"mixed precision": self.mixed_precision}
+                if self.mixed_precision != self.spec.mixed_precision
+                else {}
+            ),
         }
+
+
+def _mixed_precision_here(spec: RunSpec, device: Device) -> str:
+    """The run's mixed precision on this machine: bf16 as asked, except on a CPU whose
+    bf16 matrix products have no hardware path (device.cpu_has_bf16_matmul: 35x slower
+    than float32 there), which trains in float32; the plan's summary then says so."""
+    from ..device import cpu_has_bf16_matmul
+
+    if device.is_cpu and spec.mixed_precision == "bfloat16" and not cpu_has_bf16_matmul():
+        return "float32"
+    return spec.mixed_precision
 
 
 def resolve_preset(
@@ -569,7 +586,7 @@ def plan_run(
         warmup_steps=min(spec.warmup_steps, spec.steps),
         local_batch_size=spec.local_batch_size,
         global_batch_size=spec.global_batch_size,
-        mixed_precision=spec.mixed_precision,
+        mixed_precision=_mixed_precision_here(spec, device) if here else spec.mixed_precision,
         seed=spec.seed,
         compile=spec.compile,
         spmd_backend=spec.spmd_backend,

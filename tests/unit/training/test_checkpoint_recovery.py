@@ -230,11 +230,11 @@ def test_keep_checkpoints_keeps_the_newest(tmp_path):
 def test_a_save_hashes_its_shards_as_it_writes_them(tmp_path, monkeypatch):
     """Every save had read each shard back for its sha256 (48 GB again from FSx for 4B);
     the hash is now taken from the bytes as they are written, and is the file's."""
-    from qwen3_trn_helpers import assets
+    from qwen3_trn_helpers import checksums
 
     reads = []
-    real = assets.sha256_of
-    monkeypatch.setattr(assets, "sha256_of", lambda p: reads.append(p) or real(p))
+    real = checksums.sha256_of  # the one file hash every module imports when it hashes
+    monkeypatch.setattr(checksums, "sha256_of", lambda p: reads.append(p) or real(p))
     out = tmp_path / "run"
     assert train("--steps", "2", "--checkpoint-interval", "1", "--out", str(out)) == 0
     assert reads == []  # nothing read back
