@@ -549,8 +549,9 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
 
 def _job(args: argparse.Namespace, *, pod_paths: bool = False):
     """The job a job file runs, planned for its nodes (runs/jobs.py)."""
-    from .runs.jobs import plan_job
+    from .runs.jobs import plan_job, refuse_no_steps
 
+    refuse_no_steps(args.steps, args.command)  # (before a spec, which needs a count)
     spec = spec_from_args(args) if not pod_paths else _spec_as_given(args)
     return plan_job(
         spec, command=args.command, allow_hub_corpus=args.allow_hub_corpus, pod_paths=pod_paths

@@ -29,6 +29,15 @@ class JobPlan:
         return self.plan.device.is_trn2
 
 
+def refuse_no_steps(steps: int | None, command: str) -> None:
+    """A job file states its length: no silent default of a few steps on a cluster."""
+    if steps is None:
+        raise ConfigError(
+            f"a job file needs --steps N (how long the job trains); e.g. qwen3-trn "
+            f"{command} --steps 1000 ..."
+        )
+
+
 def plan_job(
     spec: RunSpec, *, command: str, allow_hub_corpus: bool, pod_paths: bool = False
 ) -> JobPlan:
@@ -42,11 +51,7 @@ def plan_job(
     from ..device import device_elsewhere
     from .schedulers import pod_path_free, refuse_control_characters
 
-    if spec.steps is None:
-        raise ConfigError(
-            f"a job file needs --steps N (how long the job trains); e.g. qwen3-trn "
-            f"{command} --steps 1000 ..."
-        )
+    refuse_no_steps(spec.steps, command)
     # before anything reads a file: a newline in a path must not reach an error line
     # or a job file
     refuse_control_characters(spec, {"the working folder": os.getcwd()})

@@ -48,6 +48,11 @@ def test_tyro_overrides_and_the_attention_override():
 
 def test_trn2_configurations_at_64_ranks(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "64")
+    # the precision a trn2 plan keeps: bf16 as asked (this CPU may lack bf16 matmul,
+    # where a run here trains in float32: test_device_plan.py)
+    from qwen3_trn_helpers import device
+
+    monkeypatch.setattr(device, "cpu_has_bf16_matmul", lambda: True)
     native = parse("--config", "qwen3_trn_4b_native")
     assert native.parallelism.tensor_parallel_degree == 4 and native.training.seq_len == 4096
     assert native.dataloader.dataset == "c4"
