@@ -243,12 +243,16 @@ def dry_run(
     estimate = trn2.memory()
     # The same run on this CPU, planned as such: same preset, layout, checkpointing and
     # attention; the embedded corpus instead of C4 (no hub), a short step.
+    # (a dry run launches nothing: planning's launch checks, an endpoint for several
+    # nodes and a folder for several ranks, get placeholders no process ever uses)
     here = plan_run(
         spec.replace(
-            device="cpu", seq_len=step_seq_len, corpus="embedded", attention=trn2.attention
+            device="cpu", seq_len=step_seq_len, corpus="embedded", attention=trn2.attention,
+            rdzv_endpoint=spec.rdzv_endpoint or "dry-run.invalid:29500",
+            out=spec.out or "dry-run",
         ),
         shape=shape,
-    )
+    )  # fmt: skip
     with patch.dict(os.environ, NGPU=str(trn2.world_size)), tempfile.TemporaryDirectory() as out:
         started = time.perf_counter()
         with trainer_session(here, out, comm_mode="fake_backend", metrics_file="") as trainer:
