@@ -87,6 +87,7 @@ def test_every_srun_runs_in_the_container_with_the_folders_mounted(tmp_path):
     image = "registry.example.com#team/qwen3 trn:0.2;touch pwned"  # hostile: data only
     data = tmp_path / "data"
     data.mkdir()
+    (data / "a.txt").write_text("planning reads a local corpus before any job file\n")
     spec = RunSpec(nnodes=2, device="cpu", out=str(tmp_path / "runs" / "a"), corpus=str(data),
                    steps=3)  # fmt: skip
     text = slurm_script(spec, on_trn2=False, workdir=str(tmp_path), container_image=image)
