@@ -70,7 +70,7 @@ def fork_needs_hub(spec: RunSpec) -> bool:
 def doctor_notes(on_trainium: bool) -> Iterator[str]:
     """``qwen3-trn doctor``'s paragraphs after the device report, in order, each as it
     is known (a bad class share fails after the paragraphs before it)."""
-    from .cpu_peak import cpu_matmul_peak
+    from .cpu_peak import cpu_matmul_peak, cpu_training_dtype
     from .runs.neuron_cores import CLASS_SLICE_ENV, with_class_slice
     from .stack import torchtitan_stack
     from .without_triton import PTH_LINE, pth_path, triton_importable
@@ -99,7 +99,11 @@ def doctor_notes(on_trainium: bool) -> Iterator[str]:
         )
     if not on_trainium:
         gflops = cpu_matmul_peak() / 1e9
-        yield (f"\nmeasured bf16 matmul peak of this CPU: {gflops:,.0f} GFLOP/s (2048^3, 3 runs)")
+        dtype = str(cpu_training_dtype()).removeprefix("torch.")
+        yield (
+            f"\nmeasured {dtype} matmul peak of this CPU: {gflops:,.0f} GFLOP/s (2048^3, 3 runs"
+            + (")" if dtype == "bfloat16" else "; no oneDNN bf16 here, so CPU runs train float32)")
+        )
         yield (
             "No Trainium here: the notebooks train the tiny presets on this machine and "
             "explain the trn2 cells; `qwen3-trn dry-run` builds the trn2 layouts on a CPU."

@@ -100,3 +100,18 @@ def test_a_cpu_without_bf16_matmul_trains_in_float32(monkeypatch):
     monkeypatch.setattr(device_mod, "cpu_has_bf16_matmul", lambda: True)
     plan = plan_run(RunSpec(device="cpu"))
     assert plan.mixed_precision == "bfloat16" and "mixed precision" not in plan.summary()
+
+
+def test_the_cpu_peak_is_measured_in_the_dtype_a_run_trains_in(monkeypatch):
+    """`qwen3-trn doctor` and the planner's CPU machine time the dtype training uses
+    here: timing bf16 on an AVX2-only CPU timed torch's scalar loop (doctor took 257 s
+    in CI on 2026-12-02), a rate no run here would meet."""
+    import torch
+
+    from qwen3_trn_helpers import cpu_peak
+
+    monkeypatch.setattr(device_mod, "cpu_has_bf16_matmul", lambda: False)
+    assert cpu_peak.cpu_training_dtype() is torch.float32
+    assert cpu_peak.cpu_matmul_peak(n=64, repeats=1) > 0
+    monkeypatch.setattr(device_mod, "cpu_has_bf16_matmul", lambda: True)
+    assert cpu_peak.cpu_training_dtype() is torch.bfloat16
