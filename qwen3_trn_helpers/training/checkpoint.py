@@ -67,6 +67,23 @@ def _reason(error: BaseException) -> str:
     return f"{type(cause).__name__}: {text}" if text else type(cause).__name__
 
 
+def last_save_skips_purge() -> bool:
+    """Whether torchtitan's ``_save`` returns after the last step's save before its
+    purge (0.3.0, components/checkpointer/dcp.py: ``if last_step: self._save_last_step
+    (...); return True``), so ``keep_latest_k`` k left k + 1 checkpoints at the end of
+    every run (5 steps, interval 1, k 2: step-3, step-4 and step-5). The version gate of
+    our purge after that save: a torchtitan that purges there itself gets none from us.
+    """
+    import inspect
+
+    source = inspect.getsource(CheckpointManager._save)
+    start = source.find("self._save_last_step(")
+    if start < 0:
+        return False
+    end = source.find("return True", start)
+    return end > 0 and "_purge_stale_checkpoints" not in source[start:end]
+
+
 class Qwen3TrnCheckpointManager(CheckpointManager):
     """torchtitan's DCP CheckpointManager; failures become one line with the step."""
 
@@ -153,6 +170,8 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
     def _save(self, curr_step: int, last_step: bool = False) -> bool:
         try:
             saved = super()._save(curr_step, last_step)
+            if saved and last_step and last_save_skips_purge():
+                self._purge_stale_checkpoints()  # (torchtitan's thread; close() joins it)
             if saved and self.save_now:
                 # a stop request's save is on storage before the rank exits, async or not
                 self.maybe_wait_for_saving()
