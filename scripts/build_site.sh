@@ -11,7 +11,8 @@
 #   scripts/build_site.sh OUT_DIR
 #
 # Needs the `site` extra (scripts/setup.sh --site installs it); executes the notebooks
-# once (the student site), so it takes about as long as their nbval run.
+# once (the student site), one per core at a time as their nbval run does (Sphinx -j;
+# QWEN3_TRN_SITE_JOBS=1 builds one at a time), so it takes about as long as that run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -32,7 +33,7 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 MPLBACKEND=Agg \
   PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 # notebooks start from their own folder, as in JupyterLab and nbval
 for kind in student instructor; do
-  QWEN3_TRN_SITE_KIND=$kind "$py" -m sphinx -b html -W --keep-going -q -j 1 -d "$src/$kind.doctrees" \
+  QWEN3_TRN_SITE_KIND=$kind "$py" -m sphinx -b html -W --keep-going -q -j "${QWEN3_TRN_SITE_JOBS:-auto}" -d "$src/$kind.doctrees" \
     "$src/$kind" "$out/$kind"
 done
 echo "student site: $out/student/index.html ($(du -sh "$out/student" | cut -f1))"

@@ -214,12 +214,13 @@ def _shutdowns_with_threads(folder: Path) -> dict[str, str]:
 
 @pytest.mark.slow
 @pytest.mark.long
-def test_the_fabric_check_passes_20_times_in_a_row_on_two_agents(tmp_path):
+def test_the_fabric_check_passes_10_times_in_a_row_on_two_agents(tmp_path):
     """The collectives rung across two torchrun agents (the printed sbatch script's
-    first srun, one rank per node), 20 times in a row: every node passes, every time,
+    first srun, one rank per node), 10 times in a row: every node passes, every time,
     and no rank reaches interpreter shutdown with its process group's threads running
     (they did, every time: two ``pt_gloo_runloop`` and ``gloo_tcp_loop`` outlived
-    destroy_process_group, and on a real two-node Slurm a rank aborted there, exit -6)."""
+    destroy_process_group, and on a real two-node Slurm a rank aborted there, exit -6).
+    It was 20 (511 s of the long step on 2 cores); the fault it guards showed every time."""
     from qwen3_trn_helpers.smoke import _command, _rungs
 
     rung = next(r for r in _rungs(full_size=False) if r.name == "collectives")
@@ -227,7 +228,7 @@ def test_the_fabric_check_passes_20_times_in_a_row_on_two_agents(tmp_path):
     shutdowns.mkdir()
     env = _hooked_env(tmp_path, AT_SHUTDOWN, SHUTDOWN_DIR=str(shutdowns))
     passed, problems = 0, []
-    for attempt in range(20):
+    for attempt in range(10):
         across = RunSpec(nnodes=2, nproc=1, rdzv_endpoint=f"127.0.0.1:{free_port()}",
                          rdzv_timeout=120, out="x")  # fmt: skip
         cmd = _command(rung, tmp_path, across)
@@ -244,7 +245,7 @@ def test_the_fabric_check_passes_20_times_in_a_row_on_two_agents(tmp_path):
             passed += 1
         else:
             problems.append((attempt, codes, [o[-1500:] for o in outputs]))
-    assert (passed, problems) == (20, []), problems[:2]
+    assert (passed, problems) == (10, []), problems[:2]
     assert _shutdowns_with_threads(shutdowns) == {}
 
 
