@@ -6,7 +6,8 @@
 #   scripts/test.sh            # the suite (about 13 minutes on 2 cores from a clean clone;
 #                              #   the goal is 8)
 #   scripts/test.sh --fast     # the inner loop: tests not marked slow, no notebooks (nor
-#                              #   any install, long or site test, even one not marked slow)
+#                              #   any install, long or site test, even one not marked slow);
+#                              #   `--fast tests/unit/model` narrows it to those paths
 #   scripts/test.sh --install  # the workshop wheelhouse: built from the package index,
 #                              #   installed offline into a new venv (CI runs it after)
 #   scripts/test.sh --long     # multi-process and end-to-end checks, compiled-vs-eager runs
@@ -25,7 +26,9 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 MPLBACKEND=Agg
 py="${QWEN3_TRN_VENV:-.venv}/bin/python"
 if [ "${1:-}" = "--fast" ]; then
   shift
-  exec "$py" -m pytest tests -m "not slow and not site and not install and not long" \
+  paths=()  # test folders or files named first narrow the subset (CI's Python 3.12 step)
+  while [ $# -gt 0 ] && [ -e "$1" ]; do paths+=("$1"); shift; done
+  exec "$py" -m pytest "${paths[@]:-tests}" -m "not slow and not site and not install and not long" \
     -n auto --dist loadfile --durations=10 "$@"
 fi
 if [ "${1:-}" = "--install" ]; then
