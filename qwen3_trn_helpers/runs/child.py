@@ -7,7 +7,10 @@ AWS's fork all run Python in another process. They share three needs, met here o
 - **Nothing outlives a stop.** The child starts in a session of its own, and any way
   this process stops waiting (Ctrl-C, SIGTERM turned into :class:`~..errors.Terminated`,
   a timeout) signals the child's whole process group: torchrun's workers and whatever
-  holds NeuronCores end with it.
+  holds NeuronCores end with it. A ``kill -9`` of this process runs no handler, so a
+  Python child (``-m`` or ``-c``) runs under runs/lifeline.py's watch of its parent and
+  stops itself once orphaned (a SIGKILLed smoke ladder had left its compile rung's
+  ``train`` running).
 - **Output goes to a file**, never an unread pipe that fills and blocks the child.
 - **One error line**: the child's own ``error: ...`` line if it printed one (our CLI
   does), else its last line naming an Error, else its exit status; with the log's path.
@@ -109,7 +112,9 @@ def run_child(
     launch reads metrics.jsonl there to report steps as they come. Whatever interrupts
     the wait stops the child's whole process group first, then propagates.
     """
-    command = [os.fspath(c) for c in command]
+    from .lifeline import watched
+
+    command = watched([os.fspath(c) for c in command])
     if log is None:
         fd, name = tempfile.mkstemp(prefix="qwen3-trn-child-", suffix=".log")
         os.close(fd)

@@ -133,17 +133,22 @@ def check_no_live_ranks(folder: Path) -> None:
 
 
 def watched(command: list[str]) -> list[str]:
-    """``python -m MODULE ARGS`` (torchrun) run under a watch of this process: before its
-    ranks exist (the nodes still meeting) nothing else would stop it if we are killed."""
-    python, flag, module, *args = command
-    if flag != "-m":
+    """``python -m MODULE ARGS`` or ``python -c CODE ARGS`` run under a watch of this
+    process: killed outright (``kill -9``), we take the child along, even torchrun while
+    its nodes still meet, before any rank exists to notice. Anything else, or a command
+    already watched, is returned as it is."""
+    if len(command) < 3 or command[1] not in ("-m", "-c") or command[2] == __name__:
         return command
-    return [python, "-m", __name__, module, *args]
+    python, flag, target, *args = command
+    if flag == "-m":
+        return [python, "-m", __name__, target, *args]
+    return [python, "-m", __name__, "-c", target, *args]
 
 
 def _main() -> None:
-    """``python -m qwen3_trn_helpers.runs.lifeline MODULE ARGS``: run MODULE as
-    ``python -m`` would, and SIGTERM it (then exit) once its parent is gone."""
+    """``python -m qwen3_trn_helpers.runs.lifeline MODULE ARGS`` (or ``-c CODE ARGS``):
+    run MODULE (or CODE) as ``python -m`` (``-c``) would, and SIGTERM it (then exit)
+    once its parent is gone."""
     import runpy
 
     parent = os.getppid()
@@ -156,6 +161,11 @@ def _main() -> None:
         os._exit(128 + signal.SIGTERM)  # stuck in C++ (a store that never answers)
 
     threading.Thread(target=watch, name="qwen3-trn-lifeline", daemon=True).start()
+    if sys.argv[1] == "-c":
+        code = sys.argv[2]
+        sys.argv = ["-c", *sys.argv[3:]]
+        exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})  # noqa: S102
+        return
     module = sys.argv[1]
     sys.argv = [module, *sys.argv[2:]]
     runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -58,3 +58,49 @@ def test_a_timeout_stops_the_whole_process_group(tmp_path):
     assert result.timed_out and result.returncode is None and not result.ok
     assert result.error_line() == f"no answer within {result.seconds:.0f} s"
     assert 1 <= result.seconds < 30  # stopped at the timeout, not after the sleep
+
+
+def _state(pid: int) -> str | None:
+    """A process's state letter (``Z``: a zombie, dead), or None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return next(ln.split()[1] for ln in text.splitlines() if ln.startswith("State:"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
+@pytest.mark.parametrize("flag", ["-m", "-c"])
+def test_a_child_ends_when_its_parent_is_killed_outright(tmp_path, flag):
+    """kill -9 runs no handler in the parent, so each Python child (``-m`` or ``-c``)
+    watches its parent itself (runs/lifeline.py): a SIGKILLed smoke ladder had left its
+    compile rung's ``train`` child running. Red before run_child watched every child."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    sleeper = (
+        ["-m", "timeit", "-n", "1", "-r", "1", "import time; time.sleep(120)"]
+        if flag == "-m"
+        else ["-c", "import time; time.sleep(120)"]
+    )
+    parent_code = (
+        "import sys; from qwen3_trn_helpers.runs.child import run_child\n"
+        f"run_child([sys.executable, *{sleeper!r}], timeout=300,\n"
+        "          while_running=lambda p: print(p.pid, flush=True))\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    child_pid = int(parent.stdout.readline())
+    time.sleep(1)  # the child's watch is started
+    assert _state(child_pid) not in (None, "Z")
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 20
+    while _state(child_pid) not in (None, "Z") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = _state(child_pid)
+    if left not in (None, "Z"):
+        os.kill(child_pid, signal.SIGKILL)
+    assert left in (None, "Z"), f"the child {child_pid} outlived its killed parent"
