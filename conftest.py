@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import defaultdict
 from pathlib import Path
+
+import pytest
 
 # No test and no notebook may touch the model hub.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -23,6 +26,20 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 _NOTEBOOK_SECONDS: dict[str, float] = defaultdict(float)
+
+#: a Unix time after which no further test starts (it is skipped, and says why). .ci/run
+#: sets it for its steps after the README's test command, so a slower CPU than the one
+#: the steps were sized on skips their tail, named in the summary, instead of the whole
+#: run passing CI's 90 minutes. Unset (every other run, the README's command in CI
+#: included): no effect.
+START_BEFORE_ENV = "QWEN3_TRN_START_TESTS_BEFORE"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    deadline = os.environ.get(START_BEFORE_ENV)
+    if deadline and time.time() > float(deadline):
+        pytest.skip(f"not started: past this CI step's time budget ({START_BEFORE_ENV})")
 
 
 def pytest_runtest_logreport(report) -> None:

@@ -127,3 +127,28 @@ def test_ruff_clean():
     for args in (["check"], ["format", "--check"]):
         proc = subprocess.run([ruff, *args, "."], cwd=ROOT, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_ci_steps_after_the_readme_command_start_no_test_past_their_budget(tmp_path):
+    """.ci/run's budget (conftest.py, QWEN3_TRN_START_TESTS_BEFORE): past it, a test is
+    skipped, saying why; before it, or unset, the test runs."""
+    import time
+
+    (tmp_path / "test_one.py").write_text("def test_runs():\n    assert True\n")
+    shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")
+
+    def outcome(deadline: float | None) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "QWEN3_TRN_START_TESTS_BEFORE"}
+        if deadline is not None:
+            env["QWEN3_TRN_START_TESTS_BEFORE"] = str(deadline)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+             "-p", "no:xdist", "-p", "no:nbval", str(tmp_path)],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        return proc.stdout
+
+    assert "1 passed" in outcome(None) and "1 passed" in outcome(time.time() + 600)
+    late = outcome(time.time() - 1)
+    assert "1 skipped" in late and "past this CI step's time budget" in late
+    assert "QWEN3_TRN_START_TESTS_BEFORE" in (ROOT / ".ci" / "run").read_text()
