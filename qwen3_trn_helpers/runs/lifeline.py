@@ -135,9 +135,15 @@ def check_no_live_ranks(folder: Path) -> None:
 def watched(command: list[str]) -> list[str]:
     """``python -m MODULE ARGS`` or ``python -c CODE ARGS`` run under a watch of this
     process: killed outright (``kill -9``), we take the child along, even torchrun while
-    its nodes still meet, before any rank exists to notice. Anything else, or a command
-    already watched, is returned as it is."""
-    if len(command) < 3 or command[1] not in ("-m", "-c") or command[2] == __name__:
+    its nodes still meet, before any rank exists to notice. Only this interpreter's
+    commands: another one (the Neuron venv's, which runs AWS's fork) lacks this package.
+    Anything else, or a command already watched, is returned as it is."""
+    if (
+        len(command) < 3
+        or command[0] != sys.executable
+        or command[1] not in ("-m", "-c")
+        or command[2] == __name__
+    ):
         return command
     python, flag, target, *args = command
     if flag == "-m":
