@@ -350,6 +350,24 @@ def wait_for(what: str, ready, job_id: str, log: Path, timeout: float = 300):
     return value
 
 
+def start_requeued_now(job_id: str) -> None:
+    """Start a requeued job now instead of after Slurm's BeginTime hold (~2 minutes),
+    once its nodes are idle and a second has passed: slurmd revokes the first
+    attempt's credential, and an attempt allocated within the same second is refused
+    with it ("Killing non-startable batch JobId=4: Job credential revoked", requeued at
+    17:33:09.216 and allocated at .786 in a CI run); that hold exists for this."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        states = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, check=True
+        ).stdout.split()
+        if states and all(state == "idle" for state in states):
+            break
+        time.sleep(0.3)
+    time.sleep(2)
+    subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True)
+
+
 def steps_logged(out: Path) -> list[int]:
     metrics = out / "metrics.jsonl"
     return [r["step"] for r in read_metrics(metrics)] if metrics.exists() else []
@@ -412,7 +430,7 @@ def test_slurm_job_survives_requeue_and_a_killed_rank(tmp_path, one_node):
                  job_id, log)  # fmt: skip
         saved = json.loads((out / "run.json").read_text())
         # Slurm holds a requeued job back (BeginTime, ~2 minutes): start it now
-        subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True)
+        start_requeued_now(job_id)
         # 2. a rank of the resumed attempt killed once it trains a step past its
         # checkpoint (mid-run, not while the ranks connect): torchrun restarts the ranks
         resumed_at = wait_for(
@@ -492,7 +510,7 @@ def test_slurm_job_saves_inside_the_time_limit_warning(tmp_path, one_node):
                  job_id, log)  # fmt: skip
         warned = json.loads((out / "run.json").read_text())
         saved = sorted(p.name for p in (out / "checkpoint").iterdir())
-        subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True)
+        start_requeued_now(job_id)
         state = wait_for(
             "the job's end",
             lambda: (s := job_state(job_id)).get("JobState") in ("COMPLETED", "FAILED") and s,
