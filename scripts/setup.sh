@@ -137,11 +137,12 @@ if [ -n "$wheelhouse" ]; then
   fi
 fi
 
-# pip runs with --no-compile: otherwise it byte-compiles all ~18,700 .py files it installs
-# (torch, jupyterlab, the kubernetes models...), about 111 s of the install's 253 s of CPU
-# on a 2-core Zen 4; Python compiles the modules a run actually imports on their first
-# import instead (and caches them in __pycache__ as usual): the trainer, transformers,
-# datasets, matplotlib and the CLI together import 3,783 of them, 29 s of CPU, once.
+# pip runs with --no-compile and the install ends in one byte-compilation on every core
+# instead: pip's own compiles the ~19,500 .py files it installs one after another (about
+# 111 s of CPU on a 2-core Zen 4); compileall -j 0 does the same in 37 s there. Leaving
+# compilation to the first import is no saving: where PYTHONDONTWRITEBYTECODE is set (as
+# on the machines this was measured on) nothing is ever cached, and every process (each rank, notebook kernel
+# and test worker) compiled the 3,783 modules a run imports again, 8 s of its start.
 nocompile="--no-compile"
 
 # Reinstall only when pyproject.toml (or the Neuron pins, the torch index, the
@@ -208,6 +209,10 @@ print(next(r for r in cpu if re.match(r'torch\s*==', r)).replace(' ', ''))")
     echo "installing: pip install ${constraints:+-c $constraints }-e .[$extras]"
     "$py" -m pip install --quiet $nocompile ${constraints:+-c "$constraints"} -e ".[$extras]"
   fi
+  site_packages=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  echo "byte-compiling $site_packages (every core)"
+  # (|| true: a few packages ship files for newer Pythons only, e.g. torch's py312 tests)
+  "$py" -m compileall -qq -j 0 "$site_packages" || true
   # extras installed before with the same pyproject.toml stay installed: keep them listed
   installed=$extras
   set -f

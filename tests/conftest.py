@@ -45,7 +45,7 @@ def _release_memory_after_each_test():
     yield
     if _resident_bytes() - _rss_after_last_trim[0] < TRIM_AFTER_GROWTH:
         return
-    from qwen3_trn_helpers.training.trainer import release_freed_memory
+    from qwen3_trn_helpers.training.host_memory import release_freed_memory
 
     release_freed_memory()
     _rss_after_last_trim[0] = _resident_bytes()

@@ -55,6 +55,7 @@ from .compile import (
     static_shapes,
     use_package_caches,
 )
+from .host_memory import keep_freed_memory_while_training, release_freed_memory
 from .patches import Patch
 from .plan import Plan
 from .stopping import StopRequest
@@ -495,9 +496,14 @@ def trainer_session(
     The one lifetime every user of a trainer shares (a run, the parity check, the
     initial-loss lesson, the dry run): torchtitan's log quieted while it lives, then
     ``close()`` (patches undone, process group torn down) and the freed memory given
-    back, however the block ends. ``options`` go to :func:`trainer_config`.
+    back, however the block ends. On the host, freed memory stays in the heap for the
+    next step while it lives (training/host_memory.py: a CPU step 2.3 times as fast).
+    ``options`` go to :func:`trainer_config`.
     """
-    with quiet_torchtitan(verbose):
+    with (
+        quiet_torchtitan(verbose),
+        keep_freed_memory_while_training(plan.device.is_cpu),
+    ):
         trainer = build_trainer(plan, out, **options)
         try:
             yield trainer
@@ -544,25 +550,3 @@ def quiet_torchtitan(verbose: bool) -> Iterator[None]:
     finally:
         for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
-
-
-def release_freed_memory() -> None:
-    """Give the memory a finished run freed back to the operating system (glibc only).
-
-    A run frees its model, gradients and optimizer state, but glibc keeps freed heap
-    pages mapped for reuse, fragmented across threads' arenas: a notebook kernel or
-    test worker that trains again and again grows by hundreds of MiB a run (measured:
-    4.1 GiB after tests/unit/model/test_variants.py, 1.0 GiB with a trim after each test) and can
-    be killed for memory it does not use. ``malloc_trim`` returns those pages.
-    """
-    import ctypes
-    import gc
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (musl): nothing to trim this way
-        pass
