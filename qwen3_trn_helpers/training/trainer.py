@@ -489,7 +489,12 @@ def build_trainer(plan: Plan, out: str | Path, **options: Any) -> Trainer:
 
 @contextmanager
 def trainer_session(
-    plan: Plan, out: str | Path, *, verbose: bool = False, **options: Any
+    plan: Plan,
+    out: str | Path,
+    *,
+    verbose: bool = False,
+    keep_freed_memory: bool = True,
+    **options: Any,
 ) -> Iterator[Trainer]:
     """A built trainer for the ``with`` block, closed and its memory freed after it.
 
@@ -497,12 +502,13 @@ def trainer_session(
     initial-loss lesson, the dry run): torchtitan's log quieted while it lives, then
     ``close()`` (patches undone, process group torn down) and the freed memory given
     back, however the block ends. On the host, freed memory stays in the heap for the
-    next step while it lives (training/host_memory.py: a CPU step 2.3 times as fast).
-    ``options`` go to :func:`trainer_config`.
+    next step while it lives (training/host_memory.py: a CPU step 2.3 times as fast),
+    unless ``keep_freed_memory`` is false (one step of a large model: nothing to reuse,
+    and the kept blocks fragment the heap). ``options`` go to :func:`trainer_config`.
     """
     with (
         quiet_torchtitan(verbose),
-        keep_freed_memory_while_training(plan.device.is_cpu),
+        keep_freed_memory_while_training(plan.device.is_cpu and keep_freed_memory),
     ):
         trainer = build_trainer(plan, out, **options)
         try:
