@@ -5,11 +5,12 @@ step (the tiny preset's logits alone are 256 x 151,936 floats, 156 MB). glibc se
 every block over 32 MiB with its own ``mmap`` and unmaps it on ``free``, so the next
 step faults the same pages in again, zeroed by the kernel: measured on a 2-core Zen 4,
 a 10-step tiny native run faulted 3.0 million pages, 7.6 s of system time against
-16.9 s of user time, and stepped at 1.2 s. Kept in the heap instead
+16.9 s of user time, and stepped at about 1.1 s. Kept in the heap instead
 (:func:`keep_freed_memory_while_training`), the same run faulted 0.54 million pages and
-stepped 2.3 times as fast, with the same losses, for a higher peak (2.4 GB resident
-against 1.95 GB). torch's CPU allocator has no cache of its own to do this (its
-caching allocator is mobile-only); the usual advice is jemalloc or tcmalloc through
+trained about twice as fast (12.8 s -> 5.6-6.9 s for the 10 steps), with the same
+losses, for a higher peak (2.3 GB resident against 1.95 GB).
+torch's CPU allocator has no cache of its own to do this (its caching allocator is
+mobile-only); the usual advice is jemalloc or tcmalloc through
 ``LD_PRELOAD``, which a notebook kernel cannot take after it started, so we ask glibc
 itself through ``mallopt``, for the run only.
 

@@ -502,7 +502,7 @@ def trainer_session(
     initial-loss lesson, the dry run): torchtitan's log quieted while it lives, then
     ``close()`` (patches undone, process group torn down) and the freed memory given
     back, however the block ends. On the host, freed memory stays in the heap for the
-    next step while it lives (training/host_memory.py: a CPU step 2.3 times as fast),
+    next step while it lives (training/host_memory.py: a CPU step about twice as fast),
     unless ``keep_freed_memory`` is false (one step of a large model: nothing to reuse,
     and the kept blocks fragment the heap). ``options`` go to :func:`trainer_config`.
     """
