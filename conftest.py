@@ -1,4 +1,5 @@
-"""Repository-wide pytest setup: offline everywhere, and a per-notebook time table.
+"""Repository-wide pytest setup: offline everywhere, a per-notebook time table, and each
+test file's time and worker (``artifacts/test-times.json``, for sizing the suite).
 
 Lives at the root so it covers both ``tests/`` and the nbval-collected ``notebooks/``
 (nbval kernels inherit this process's environment).
@@ -26,6 +27,9 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 _NOTEBOOK_SECONDS: dict[str, float] = defaultdict(float)
+_FILE_SECONDS: dict[str, float] = defaultdict(float)
+_FILE_WORKER: dict[str, str] = {}
+_STARTED = time.time()
 
 #: a Unix time after which no further test starts (it is skipped, and says why). .ci/run
 #: sets it for its steps after the README's test command, so a slower CPU than the one
@@ -44,18 +48,39 @@ def pytest_runtest_setup(item) -> None:
 
 def pytest_runtest_logreport(report) -> None:
     path = report.nodeid.split("::", 1)[0]
-    if path.endswith(".ipynb"):  # (under xdist the controller receives every report)
+    # (under xdist the controller receives every report, each naming its worker)
+    _FILE_SECONDS[path] += report.duration
+    _FILE_WORKER[path] = getattr(getattr(report, "node", None), "workerinput", {}).get(
+        "workerid", "main"
+    )
+    if path.endswith(".ipynb"):
         _NOTEBOOK_SECONDS[path] += report.duration
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
+    if not _FILE_SECONDS:
+        return
+    artifacts = Path(os.environ.get("QWEN3_TRN_ARTIFACTS", "artifacts"))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    # every file's setup + call + teardown seconds and the worker that ran it, slowest
+    # first; with the wall time, how evenly the workers were loaded
+    files = sorted(_FILE_SECONDS.items(), key=lambda item: -item[1])
+    (artifacts / "test-times.json").write_text(
+        json.dumps(
+            {
+                "wall_s": round(time.time() - _STARTED, 1),
+                "files": [
+                    {"path": p, "s": round(s, 2), "worker": _FILE_WORKER.get(p)} for p, s in files
+                ],
+            },
+            indent=1,
+        )
+    )
     if not _NOTEBOOK_SECONDS:
         return
     terminalreporter.section("notebook run times (nbval, all cells)")
     for path, seconds in sorted(_NOTEBOOK_SECONDS.items()):
         terminalreporter.write_line(f"{seconds:7.1f} s  {path}")
-    artifacts = Path(os.environ.get("QWEN3_TRN_ARTIFACTS", "artifacts"))
-    artifacts.mkdir(parents=True, exist_ok=True)
     (artifacts / "notebook-times.json").write_text(
         json.dumps({p: round(s, 1) for p, s in sorted(_NOTEBOOK_SECONDS.items())}, indent=2)
     )
