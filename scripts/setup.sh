@@ -137,13 +137,12 @@ if [ -n "$wheelhouse" ]; then
   fi
 fi
 
-# pip runs with --no-compile: pip's own byte-compilation does the ~19,500 .py files it
-# installs one after another (about 111 s of CPU on a 2-core Zen 4), and a run imports a
-# fifth of them. Python compiles those on first import and caches them, unless
-# PYTHONDONTWRITEBYTECODE is set (it is on the machines the suite was measured on:
-# scripts/test.sh unsets it for its processes, or every worker, rank and kernel compiled
-# the 3,783 modules a run imports anew, 8 s of its start). A compileall of the whole venv
-# here cost 37 s on 2 cores, most of it for modules nothing imports.
+# pip runs with --no-compile and the install ends in one byte-compilation on every core
+# instead: pip's own compiles the ~19,500 .py files it installs one after another (about
+# 111 s of CPU on a 2-core Zen 4); compileall -j 0 does the same in 37 s there. Leaving
+# compilation to the first import is no saving: where PYTHONDONTWRITEBYTECODE is set (as
+# on the machines this was measured on) nothing is ever cached, and every process (each rank, notebook kernel
+# and test worker) compiled the 3,783 modules a run imports again, 8 s of its start.
 nocompile="--no-compile"
 
 # Reinstall only when pyproject.toml (or the Neuron pins, the torch index, the
@@ -210,6 +209,10 @@ print(next(r for r in cpu if re.match(r'torch\s*==', r)).replace(' ', ''))")
     echo "installing: pip install ${constraints:+-c $constraints }-e .[$extras]"
     "$py" -m pip install --quiet $nocompile ${constraints:+-c "$constraints"} -e ".[$extras]"
   fi
+  site_packages=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  echo "byte-compiling $site_packages (every core)"
+  # (|| true: a few packages ship files for newer Pythons only, e.g. torch's py312 tests)
+  "$py" -m compileall -qq -j 0 "$site_packages" || true
   # extras installed before with the same pyproject.toml stay installed: keep them listed
   installed=$extras
   set -f

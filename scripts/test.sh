@@ -17,12 +17,6 @@
 #   scripts/test.sh -k parity  # any further pytest arguments are passed on
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Byte-code caches are written: every process here (test workers, ranks, notebook kernels,
-# CLI calls) imports torch, transformers and torchtitan, and with PYTHONDONTWRITEBYTECODE
-# set (as on the machines this was measured on) each compiled them anew (8 s of a rank's
-# start); unset, the first import caches them in the venv for all (setup.sh --no-compile).
-unset PYTHONDONTWRITEBYTECODE
-export QWEN3_TRN_TEST_SCRIPT=1  # (a test checks the line above took effect)
 if [ "${1:-}" = "--site" ]; then
   bash scripts/setup.sh --install-only --site
 else

@@ -1,25 +1,19 @@
-"""What keeps the README test command's setup short (scripts/setup.sh, scripts/test.sh).
+"""What keeps the README test command's setup short (scripts/setup.sh).
 
 pip byte-compiles every .py file it installs one after another unless told not to:
-about 19,500 files here, measured at ~111 s of CPU on a 2-core box, for a run that
-imports a fifth of them. Every pip install in setup.sh passes ``--no-compile`` and
-nothing compiles the whole venv (a ``compileall -j 0`` took 37 s there); Python caches
-each module at its first import instead. That needs PYTHONDONTWRITEBYTECODE unset: set,
-nothing is cached and every process compiles what it imports again (the trainer's import
-took 17 s instead of 8), so scripts/test.sh unsets it for everything it starts.
+about 19,500 files here, measured at ~111 s of CPU on a 2-core box. Every pip install in
+setup.sh passes ``--no-compile``, and the install ends in one ``compileall`` on every
+core (37 s there). Not compiling at all is no saving: under PYTHONDONTWRITEBYTECODE
+nothing is cached, and every process compiled what it imported again (the trainer's
+import took 17 s instead of 9).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 from pathlib import Path
 
-import pytest
-
-SCRIPTS = Path(__file__).resolve().parents[3] / "scripts"
-SETUP = SCRIPTS / "setup.sh"
+SETUP = Path(__file__).resolve().parents[3] / "scripts" / "setup.sh"
 
 
 def _pip_installs(text: str) -> list[str]:
@@ -37,27 +31,14 @@ def test_every_pip_install_in_setup_skips_byte_compilation():
         assert "$nocompile" in line, line
 
 
-def _commands(path: Path) -> list[str]:
-    """The script's lines, comments blanked (so line numbers stay)."""
-    return ["" if ln.lstrip().startswith("#") else ln for ln in path.read_text().splitlines()]
-
-
-def test_nothing_compiles_the_whole_venv():
-    assert not [line for line in _commands(SETUP) if "compileall" in line]
-
-
-def test_the_suite_caches_byte_code_from_its_first_import():
-    lines = _commands(SCRIPTS / "test.sh")
-    unset = [i for i, line in enumerate(lines) if line.strip() == "unset PYTHONDONTWRITEBYTECODE"]
-    assert len(unset) == 1
-    # before setup.sh (which prepares the assets) and before any pytest
-    first_python = min(i for i, ln in enumerate(lines) if "setup.sh" in ln or "pytest" in ln)
-    assert unset[0] < first_python
-
-
-def test_this_suite_writes_byte_code_where_run_by_its_script():
-    """Under scripts/test.sh this process and its children cache what they import."""
-    if not os.environ.get("QWEN3_TRN_TEST_SCRIPT"):
-        pytest.skip("run directly, not by scripts/test.sh")
-    assert not os.environ.get("PYTHONDONTWRITEBYTECODE")
-    assert sys.dont_write_bytecode is False
+def test_the_install_ends_in_one_byte_compilation_on_every_core():
+    lines = SETUP.read_text().splitlines()
+    compiles = [i for i, line in enumerate(lines) if "-m compileall" in line]
+    assert len(compiles) == 1
+    line = lines[compiles[0]]
+    assert "-j 0" in line and '"$site_packages"' in line
+    assert "purelib" in "\n".join(lines[compiles[0] - 3 : compiles[0]])
+    last_install = max(i for i, ln in enumerate(lines) if re.search(r"-m pip install\b", ln))
+    assert compiles[0] > last_install  # after every pip install, inside the install block
+    stamp_write = next(i for i, ln in enumerate(lines) if '> "$stamp"' in ln)
+    assert compiles[0] < stamp_write  # an interrupted compile is redone by the next setup
