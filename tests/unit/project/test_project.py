@@ -152,3 +152,27 @@ def test_ci_steps_after_the_readme_command_start_no_test_past_their_budget(tmp_p
     late = outcome(time.time() - 1)
     assert "1 skipped" in late and "past this CI step's time budget" in late
     assert "QWEN3_TRN_START_TESTS_BEFORE" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_a_passing_runs_temporary_folders_are_not_kept(tmp_path):
+    """The suite writes about 16 GB of run folders and checkpoints under pytest's
+    temporary folder; pytest's default keeps the last three runs' (48 GB filled a shared
+    disk here). Under the project's settings a passing test's folder is removed."""
+    tests = tmp_path / "inner"
+    tests.mkdir()
+    (tests / "test_writes.py").write_text(
+        "def test_writes(tmp_path):\n"
+        "    (tmp_path / 'checkpoint').write_bytes(b'x' * 1024)\n"
+        "    print('TMP', tmp_path)\n"
+    )
+    env = {**os.environ, "PYTEST_DEBUG_TEMPROOT": str(tmp_path / "root")}
+    (tmp_path / "root").mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:xdist", "-p", "no:cacheprovider",
+         "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tests), str(tests)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    written = Path(next(ln for ln in proc.stdout.splitlines() if "TMP " in ln).split("TMP ", 1)[1])
+    assert written.is_relative_to(tmp_path / "root")
+    assert not written.exists()
