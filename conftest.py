@@ -58,7 +58,8 @@ def pytest_runtest_logreport(report) -> None:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    if not _FILE_SECONDS:
+    # (an xdist worker saw only its own files: the controller, which saw all, writes)
+    if not _FILE_SECONDS or os.environ.get("PYTEST_XDIST_WORKER"):
         return
     artifacts = Path(os.environ.get("QWEN3_TRN_ARTIFACTS", "artifacts"))
     artifacts.mkdir(parents=True, exist_ok=True)
