@@ -156,7 +156,7 @@ def test_ci_steps_after_the_readme_command_start_no_test_past_their_budget(tmp_p
 
 def test_a_passing_runs_temporary_folders_are_not_kept(tmp_path):
     """The suite writes about 16 GB of run folders and checkpoints under pytest's
-    temporary folder; pytest's default keeps the last three runs' (48 GB filled a shared
+    temporary folder; pytest's default keeps the last three runs' (which filled a shared
     disk here). Under the project's settings a passing test's folder is removed."""
     tests = tmp_path / "inner"
     tests.mkdir()
