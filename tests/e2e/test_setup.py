@@ -193,7 +193,10 @@ def test_site_after_a_plain_install_installs_the_site_extra(tmp_path):
     (pip / "__main__.py").write_text(  # a stand-in pip: records what it was asked
         f"import sys\nopen({str(asked)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
     )
-    env = {**os.environ, "PYTHON": sys.executable, "QWEN3_TRN_VENV": str(target)}
+    # (pip installs here, not uv: the stand-in records pip's arguments; which extras are
+    # asked for does not depend on the installer)
+    env = {**os.environ, "PYTHON": sys.executable, "QWEN3_TRN_VENV": str(target),
+           "QWEN3_TRN_INSTALLER": "pip"}  # fmt: skip
 
     def setup(*flags: str) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -220,3 +223,47 @@ def test_site_after_a_plain_install_installs_the_site_extra(tmp_path):
     moved = setup()
     assert moved.returncode == 0, moved.stdout + moved.stderr
     assert len(asked.read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("pip_setting", ["", ":env:.proxy='http://proxy.example:3128'"])
+def test_the_default_install_goes_through_uv_unless_a_pip_setting_forbids_it(tmp_path, pip_setting):
+    """Off the Neuron venv, the package installs through uv (bootstrapped by pip, its
+    cache in the venv, pip's settings passed on); a pip setting uv lacks (here a proxy)
+    keeps pip, and setup says which in one line. Stand-ins for pip and uv record what
+    they were asked: which packages resolve is test_installer.py's part."""
+    target = tmp_path / "venv"
+    _prepared_venv(target, b"the stamp of an older pyproject.toml", "0")
+    asked = target / "asked.txt"
+    pip = _site(target / "bin" / "python") / "pip"
+    pip.mkdir()
+    (pip / "__init__.py").write_text("")
+    (pip / "__main__.py").write_text(
+        "import sys\n"
+        f"open({str(asked)!r}, 'a').write('pip ' + ' '.join(sys.argv[1:]) + '\\n')\n"
+        f"if sys.argv[1:3] == ['config', 'list']: print({pip_setting!r})\n"
+    )
+    uv = target / "bin" / "uv"
+    uv.write_text(f'#!/bin/sh\necho "uv $* cache=$UV_CACHE_DIR" >> {asked}\n')
+    uv.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("UV_CACHE_DIR", "QWEN3_TRN_INSTALLER")}
+    env.update(PYTHON=sys.executable, QWEN3_TRN_VENV=str(target))
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "setup.sh"), "--install-only"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = asked.read_text().splitlines()
+    package = "-e .[cpu,notebooks,test]"
+    if not pip_setting:
+        assert calls[:2] == ["pip config list", "pip install --quiet --no-compile uv==0.13.9"]
+        assert calls[2].startswith("uv pip install --quiet --python ")
+        assert "--index-strategy unsafe-best-match" in calls[2]
+        assert calls[2].endswith(f"{package} cache={target}/.uv-cache")
+        assert len(calls) == 3  # pip never installs the package itself
+    else:
+        assert calls == ["pip config list", f"pip install --quiet --no-compile {package}"]
+        notes = [line for line in done.stdout.splitlines() if line.startswith("note: pip's")]
+        assert notes == [
+            "note: pip's configuration sets proxy, which setup does not pass to uv; "
+            "installing with pip (the same packages, about 3x slower)"
+        ]

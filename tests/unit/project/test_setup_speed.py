@@ -25,10 +25,21 @@ def _pip_installs(text: str) -> list[str]:
 def test_every_pip_install_in_setup_skips_byte_compilation():
     text = SETUP.read_text()
     installs = _pip_installs(text)
-    assert len(installs) == 3  # the wheelhouse, the CPU-only torch, the package itself
+    # the wheelhouse, the CPU-only torch, uv itself, the package with pip
+    assert len(installs) == 4
     assert re.search(r'^nocompile="--no-compile"$', text, re.M)
     for line in installs:
         assert "$nocompile" in line, line
+
+
+def test_uv_installs_without_byte_compiling_and_before_the_one_compile():
+    """uv compiles only when asked (``--compile-bytecode``); the compile comes after."""
+    lines = SETUP.read_text().splitlines()
+    uv_installs = [i for i, ln in enumerate(lines) if re.search(r'/bin/uv" pip install\b', ln)]
+    assert len(uv_installs) == 1
+    assert "compile" not in " ".join(lines[uv_installs[0] : uv_installs[0] + 2])
+    compile_line = next(i for i, ln in enumerate(lines) if "-m compileall" in ln)
+    assert uv_installs[0] < compile_line
 
 
 def test_the_install_ends_in_one_byte_compilation_on_every_core():
