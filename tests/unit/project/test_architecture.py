@@ -29,7 +29,16 @@ LAYERS = [
     {"runs"},  # how a run executes: here, through torchrun, children, its folder
     {"planner"},  # the layout planner (plan): below the lessons, which draw its answers
     {"lessons"},  # what the notebooks show
-    {"cli", "commands", "config_registry", "smoke", "wheelhouse", "__init__", "__main__"},
+    {
+        "cli",
+        "commands",
+        "config_registry",
+        "smoke",
+        "wheelhouse",
+        "installer",
+        "__init__",
+        "__main__",
+    },
 ]
 
 
