@@ -31,6 +31,11 @@ _FILE_SECONDS: dict[str, float] = defaultdict(float)
 _FILE_WORKER: dict[str, str] = {}
 _STARTED = time.time()
 
+#: each test file's seconds in a recent full run: the order in which xdist hands out
+#: files (``--dist loadfile --no-loadscope-reorder``, scripts/test.sh) is longest first,
+#: so no long file starts last while the other worker has run out of work
+FILE_SECONDS = Path(__file__).parent / "tests" / "file-seconds.json"
+
 #: a Unix time after which no further test starts (it is skipped, and says why). .ci/run
 #: sets it for its steps after the README's test command, so a slower CPU than the one
 #: the steps were sized on skips their tail, named in the summary, instead of the whole
@@ -44,6 +49,26 @@ def pytest_runtest_setup(item) -> None:
     deadline = os.environ.get(START_BEFORE_ENV)
     if deadline and time.time() > float(deadline):
         pytest.skip(f"not started: past this CI step's time budget ({START_BEFORE_ENV})")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Files longest first (the greedy order that balances two workers best), each
+    file's tests in their own order; a file the table lacks counts as the longest, so a
+    new slow file never lands at the end. Without the table, pytest's order."""
+    try:
+        seconds = json.loads(FILE_SECONDS.read_text())["files"]
+    except (OSError, ValueError, KeyError):
+        return
+    longest = max(seconds.values(), default=0.0)
+    first_seen: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first_seen.setdefault(item.nodeid.split("::", 1)[0], i)
+
+    def key(item) -> tuple[float, int]:
+        path = item.nodeid.split("::", 1)[0]
+        return (-seconds.get(path, longest + 1), first_seen[path])
+
+    items.sort(key=key)  # stable: a file's tests (a notebook's cells) keep their order
 
 
 def pytest_runtest_logreport(report) -> None:

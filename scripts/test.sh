@@ -29,11 +29,11 @@ if [ "${1:-}" = "--fast" ]; then
   paths=()  # test folders or files named first narrow the subset (CI's Python 3.12 step)
   while [ $# -gt 0 ] && [ -e "$1" ]; do paths+=("$1"); shift; done
   exec "$py" -m pytest "${paths[@]:-tests}" -m "not slow and not site and not install and not long" \
-    -n auto --dist loadfile --durations=10 "$@"
+    -n auto --dist loadfile --no-loadscope-reorder --durations=10 "$@"
 fi
 if [ "${1:-}" = "--install" ]; then
   shift
-  exec "$py" -m pytest tests -m install -n auto --dist loadfile --durations=5 "$@"
+  exec "$py" -m pytest tests -m install -n auto --dist loadfile --no-loadscope-reorder --durations=5 "$@"
 fi
 if [ "${1:-}" = "--site" ]; then
   shift
@@ -41,8 +41,8 @@ if [ "${1:-}" = "--site" ]; then
 fi
 if [ "${1:-}" = "--long" ]; then
   shift
-  exec "$py" -m pytest tests -m long -n auto --dist loadfile --durations=10 "$@"
+  exec "$py" -m pytest tests -m long -n auto --dist loadfile --no-loadscope-reorder --durations=10 "$@"
 fi
 exec "$py" -m pytest tests notebooks --nbval-lax --nbval-current-env \
   -m "not install and not site and not long" \
-  -n auto --dist loadfile --durations=15 "$@"
+  -n auto --dist loadfile --no-loadscope-reorder --durations=15 "$@"

@@ -176,3 +176,31 @@ def test_a_passing_runs_temporary_folders_are_not_kept(tmp_path):
     written = Path(next(ln for ln in proc.stdout.splitlines() if "TMP " in ln).split("TMP ", 1)[1])
     assert written.is_relative_to(tmp_path / "root")
     assert not written.exists()
+
+
+def test_the_suite_hands_out_its_longest_files_first():
+    """conftest.py orders files by tests/file-seconds.json, longest first, and keeps each
+    file's own order (a notebook's cells)."""
+    table = json.loads((ROOT / "tests" / "file-seconds.json").read_text())["files"]
+    assert table["tests/unit/training/test_checkpoint_recovery.py"] > 30  # the table is real
+    shorter, longer = sorted(
+        ["tests/unit/project/test_architecture.py", "tests/unit/project/test_project.py"],
+        key=lambda path: table[path],
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist",
+         "-p", "no:cacheprovider", shorter, longer],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ids = [line for line in proc.stdout.splitlines() if "::" in line]
+    files = list(dict.fromkeys(i.split("::", 1)[0] for i in ids))
+    assert files == [longer, shorter]
+    own_order = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist",
+         "-p", "no:cacheprovider", "--noconftest", longer],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert [i for i in ids if i.startswith(longer)] == [
+        line for line in own_order.stdout.splitlines() if "::" in line
+    ]
