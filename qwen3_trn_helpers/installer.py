@@ -83,12 +83,13 @@ def _true(value: str) -> bool:
 
 def uv_options(settings: dict[str, str]) -> list[str]:
     """uv's options for pip's settings; :class:`UsePip` names the first one it lacks.
+    Each option is one argument, ``--flag=value``; an empty setting adds nothing.
 
     ``--index-strategy unsafe-best-match`` always: pip takes the newest matching version
     from all its indexes and find-links folders together, where uv's default stops at
     the first index that has the package at all.
     """
-    options = ["--index-strategy", "unsafe-best-match"]
+    options = ["--index-strategy=unsafe-best-match"]
     flags = {
         "index-url": "--index-url",
         "extra-index-url": "--extra-index-url",
@@ -101,15 +102,18 @@ def uv_options(settings: dict[str, str]) -> list[str]:
         if key in NO_EFFECT:
             continue
         if key in flags:
-            values = value.split() if key in LISTS else [value]
-            for item in values:
-                options += [flags[key], item]
+            # setup.sh reads one option a line: each value is glued to its flag (never an
+            # argument of its own, so never a package to install) and holds no line break
+            values = value.split() if key in LISTS else [value.strip()] if value.strip() else []
+            if any("\n" in item or "\r" in item for item in values):
+                raise UsePip(f"pip's setting {key} holds a line break")
+            options += [f"{flags[key]}={item}" for item in values]
         elif key == "no-index":
             if _true(value):
                 options.append("--no-index")
         elif key == "pre":
             if _true(value):
-                options += ["--prerelease", "allow"]
+                options.append("--prerelease=allow")
         else:
             raise UsePip(f"pip's configuration sets {key}, which setup does not pass to uv")
     return options

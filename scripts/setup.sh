@@ -57,6 +57,11 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+case "${QWEN3_TRN_INSTALLER:-uv}" in
+  uv|pip) ;;
+  *) echo "error: QWEN3_TRN_INSTALLER is ${QWEN3_TRN_INSTALLER}; set it to uv (the default)" \
+       "or pip" >&2; exit 2 ;;
+esac
 if [ -n "$torch_index" ] && [ "$(uname -s)" = Darwin ]; then
   echo "macOS: PyPI's torch is already the CPU-only build; --cpu-torch changes nothing here"
   torch_index=""

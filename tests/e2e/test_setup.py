@@ -225,25 +225,40 @@ def test_site_after_a_plain_install_installs_the_site_extra(tmp_path):
     assert len(asked.read_text().splitlines()) == 2
 
 
-@pytest.mark.parametrize("pip_setting", ["", ":env:.proxy='http://proxy.example:3128'"])
-def test_the_default_install_goes_through_uv_unless_a_pip_setting_forbids_it(tmp_path, pip_setting):
+HOSTILE_CERT = "/tmp/$(touch {pwned}) 'q\"`id`/../ca.pem"
+
+
+@pytest.mark.parametrize("case", ["plain", "hostile value", "proxy"])
+def test_the_default_install_goes_through_uv_unless_a_pip_setting_forbids_it(tmp_path, case):
     """Off the Neuron venv, the package installs through uv (bootstrapped by pip, its
-    cache in the venv, pip's settings passed on); a pip setting uv lacks (here a proxy)
-    keeps pip, and setup says which in one line. Stand-ins for pip and uv record what
-    they were asked: which packages resolve is test_installer.py's part."""
+    cache in the venv, pip's settings passed on, each value one argument and never run);
+    a pip setting uv lacks (here a proxy) keeps pip, and setup says which in one line.
+    Stand-ins for pip and uv record what they were asked: which packages resolve is
+    test_installer.py's part."""
     target = tmp_path / "venv"
     _prepared_venv(target, b"the stamp of an older pyproject.toml", "0")
     asked = target / "asked.txt"
+    pwned = tmp_path / "pwned"
+    cert = HOSTILE_CERT.format(pwned=pwned)
+    listed = {
+        "plain": "",
+        "hostile value": f":env:.cert={cert!r}",
+        "proxy": ":env:.proxy='http://proxy.example:3128'",
+    }[case]
     pip = _site(target / "bin" / "python") / "pip"
     pip.mkdir()
     (pip / "__init__.py").write_text("")
     (pip / "__main__.py").write_text(
-        "import sys\n"
-        f"open({str(asked)!r}, 'a').write('pip ' + ' '.join(sys.argv[1:]) + '\\n')\n"
-        f"if sys.argv[1:3] == ['config', 'list']: print({pip_setting!r})\n"
+        "import json, sys\n"
+        f"open({str(asked)!r}, 'a').write(json.dumps(['pip', *sys.argv[1:]]) + '\\n')\n"
+        f"if sys.argv[1:3] == ['config', 'list']: print({listed!r})\n"
     )
     uv = target / "bin" / "uv"
-    uv.write_text(f'#!/bin/sh\necho "uv $* cache=$UV_CACHE_DIR" >> {asked}\n')
+    uv.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        f"open({str(asked)!r}, 'a').write(json.dumps(['uv', *sys.argv[1:],"
+        " 'cache=' + os.environ['UV_CACHE_DIR']]) + '\\n')\n"
+    )
     uv.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("UV_CACHE_DIR", "QWEN3_TRN_INSTALLER")}
     env.update(PYTHON=sys.executable, QWEN3_TRN_VENV=str(target))
@@ -252,18 +267,39 @@ def test_the_default_install_goes_through_uv_unless_a_pip_setting_forbids_it(tmp
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    calls = asked.read_text().splitlines()
-    package = "-e .[cpu,notebooks,test]"
-    if not pip_setting:
-        assert calls[:2] == ["pip config list", "pip install --quiet --no-compile uv==0.13.9"]
-        assert calls[2].startswith("uv pip install --quiet --python ")
-        assert "--index-strategy unsafe-best-match" in calls[2]
-        assert calls[2].endswith(f"{package} cache={target}/.uv-cache")
+    calls = [json.loads(line) for line in asked.read_text().splitlines()]
+    package = ["-e", ".[cpu,notebooks,test]"]
+    if case != "proxy":
+        assert calls[:2] == [
+            ["pip", "config", "list"], ["pip", "install", "--quiet", "--no-compile", "uv==0.13.9"]
+        ]  # fmt: skip
+        settings = ["--cert=" + cert] if case == "hostile value" else []
+        assert calls[2] == [
+            "uv", "pip", "install", "--quiet", "--python", str(target / "bin" / "python"),
+            "--index-strategy=unsafe-best-match", *settings, *package,
+            f"cache={target}/.uv-cache",
+        ]  # fmt: skip
         assert len(calls) == 3  # pip never installs the package itself
+        assert not pwned.exists()  # the value was data, never a command
     else:
-        assert calls == ["pip config list", f"pip install --quiet --no-compile {package}"]
+        assert calls == [
+            ["pip", "config", "list"], ["pip", "install", "--quiet", "--no-compile", *package]
+        ]  # fmt: skip
         notes = [line for line in done.stdout.splitlines() if line.startswith("note: pip's")]
         assert notes == [
             "note: pip's configuration sets proxy, which setup does not pass to uv; "
             "installing with pip (the same packages, about 3x slower)"
         ]
+
+
+def test_an_unknown_installer_is_one_error_line_before_anything_is_made(tmp_path):
+    env = {**os.environ, "QWEN3_TRN_INSTALLER": "$(id)", "QWEN3_TRN_VENV": str(tmp_path / "v")}
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "setup.sh"), "--install-only"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "error: QWEN3_TRN_INSTALLER is $(id); set it to uv (the default) or pip"
+    ]
+    assert not (tmp_path / "v").exists()

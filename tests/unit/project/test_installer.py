@@ -62,12 +62,12 @@ def test_this_kind_of_machine_keeps_its_mirrors_constraints_and_certificates():
         "global.extra-index-url='file:///opt/pypi/simple file:///opt/pypi-more/simple'",
     ])  # fmt: skip
     assert uv_options(pip_settings(listed)) == [
-        "--index-strategy", "unsafe-best-match",
-        "--constraint", "/etc/xdg/pip/constraints.txt",
-        "--extra-index-url", "file:///opt/pypi/simple",
-        "--extra-index-url", "file:///opt/pypi-more/simple",
-        "--cert", "/etc/ssl/certs/ca-certificates.crt",
-        "--find-links", "/opt/wheels",
+        "--index-strategy=unsafe-best-match",
+        "--constraint=/etc/xdg/pip/constraints.txt",
+        "--extra-index-url=file:///opt/pypi/simple",
+        "--extra-index-url=file:///opt/pypi-more/simple",
+        "--cert=/etc/ssl/certs/ca-certificates.crt",
+        "--find-links=/opt/wheels",
     ]  # fmt: skip
 
 
@@ -75,6 +75,21 @@ def test_this_kind_of_machine_keeps_its_mirrors_constraints_and_certificates():
 def test_a_setting_uv_would_not_honour_sends_setup_back_to_pip(setting):
     with pytest.raises(UsePip, match=f"sets {setting},"):
         uv_options({"index-url": "https://mirror.example/simple", setting: "x"})
+
+
+def test_a_value_stays_one_argument_of_its_flag():
+    """A value read from pip's configuration never becomes an argument of its own (a
+    package uv would install): a line break is refused, and anything else, a command
+    substitution, quotes or ../ included, stays glued to its flag as data."""
+    with pytest.raises(UsePip, match="cert holds a line break"):
+        uv_options({"cert": "/etc/ca.pem\nrequests"})
+    odd = "/tmp/$(touch pwned) 'q\"/../ca.pem"
+    assert uv_options({"cert": odd, "index-url": ""}) == [
+        "--index-strategy=unsafe-best-match", f"--cert={odd}"
+    ]  # fmt: skip
+    assert uv_options({"find-links": "/a\n/b"}) == [
+        "--index-strategy=unsafe-best-match", "--find-links=/a", "--find-links=/b"
+    ]  # fmt: skip
 
 
 def test_the_cli_reads_pips_own_output_and_says_why_in_one_line():
@@ -86,9 +101,9 @@ def test_the_cli_reads_pips_own_output_and_says_why_in_one_line():
     ok = subprocess.run(helper, input=listed, cwd=ROOT, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert ok.stdout.splitlines() == [
-        "--index-strategy", "unsafe-best-match",
-        "--index-url", "https://mirror.example/simple",
-        "--allow-insecure-host", "mirror.example",
+        "--index-strategy=unsafe-best-match",
+        "--index-url=https://mirror.example/simple",
+        "--allow-insecure-host=mirror.example",
     ]  # fmt: skip
     proxied = _pip_config_list(_isolated_env(PIP_PROXY="http://proxy.example:3128"))
     refused = subprocess.run(helper, input=proxied, cwd=ROOT, capture_output=True, text=True)
