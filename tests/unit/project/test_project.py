@@ -204,3 +204,34 @@ def test_the_suite_hands_out_its_longest_files_first():
     assert [i for i in ids if i.startswith(longer)] == [
         line for line in own_order.stdout.splitlines() if "::" in line
     ]
+
+
+def _root_conftest():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_temporary_folders_go_to_memory_only_where_it_has_room(tmp_path):
+    """conftest.py sends pytest's temporary folders to /dev/shm on a machine with room,
+    and leaves them on disk where memory is short or the folder is not there."""
+    conftest = _root_conftest()
+    rich = tmp_path / "meminfo"
+    rich.write_text("MemTotal: 67108864 kB\nMemAvailable: 33554432 kB\n")  # 32 GiB
+    poor = tmp_path / "meminfo-poor"
+    poor.write_text("MemTotal: 8388608 kB\nMemAvailable: 4194304 kB\n")  # 4 GiB
+    assert conftest.in_memory_temproot(str(tmp_path / "absent"), str(rich)) is None
+    assert conftest.in_memory_temproot("/dev/shm", str(poor)) is None
+    assert conftest.in_memory_temproot("/dev/shm", str(tmp_path / "no-meminfo")) is None
+    st = os.statvfs(tmp_path)
+    room = st.f_bavail * st.f_frsize >= conftest.SHM_FREE_FLOOR
+    assert conftest.in_memory_temproot(str(tmp_path), str(rich)) == (
+        str(tmp_path) if room else None
+    )
+    # this run: the folder pytest gave this test is under the root conftest.py chose
+    chosen = os.environ.get("PYTEST_DEBUG_TEMPROOT")
+    if chosen:
+        assert tmp_path.resolve().is_relative_to(Path(chosen).resolve())
