@@ -102,6 +102,21 @@ def pytest_collection_modifyitems(items) -> None:
     items.sort(key=key)  # stable: a file's tests (a notebook's cells) keep their order
 
 
+def pytest_collection_finish(session) -> None:
+    """Objects alive once the tests are collected (torch, torchtitan, transformers and
+    the test modules: about 600,000) are moved out of the garbage collector's sight.
+
+    Each in-process run ends in ``release_freed_memory``'s ``gc.collect()`` (so glibc
+    can return the run's memory), which walked all of them: 0.42 s a run, against
+    0.00001 s once frozen (2-core Zen 4). What tests create afterwards is collected as
+    before. Test processes only: the package never freezes a user's kernel.
+    """
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_runtest_logreport(report) -> None:
     path = report.nodeid.split("::", 1)[0]
     # (under xdist the controller receives every report, each naming its worker)

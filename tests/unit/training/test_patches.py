@@ -107,6 +107,72 @@ def test_no_end_of_run_sleep_is_still_needed():
     assert trainer_module.time is time
 
 
+# --- reuse_loaded_tokenizer -------------------------------------------------------------
+
+
+def _count_parses(monkeypatch) -> list[str]:
+    """Each tokenizer.json torchtitan's tokenizer module parses, in order."""
+    import torchtitan.components.tokenizer as tt_tokenizer
+    from tokenizers import Tokenizer
+
+    parsed: list[str] = []
+
+    class Counting:
+        @staticmethod
+        def from_file(path: str) -> Tokenizer:
+            parsed.append(path)
+            return Tokenizer.from_file(path)
+
+    monkeypatch.setattr(tt_tokenizer, "Tokenizer", Counting)
+    monkeypatch.setattr(patches, "_LOADED_TOKENIZER", [])
+    return parsed
+
+
+def test_reuse_loaded_tokenizer_is_still_needed(tokenizer_dir, monkeypatch):
+    # If this fails, torchtitan no longer parses tokenizer.json for every Trainer it
+    # builds: delete reuse_loaded_tokenizer.
+    from torchtitan.components.tokenizer import HuggingFaceTokenizer
+
+    assert patches.tokenizer_parsed_per_build()
+    assert patches.reuse_loaded_tokenizer.needed("cpu", 1)
+    assert patches.reuse_loaded_tokenizer.needed("neuron", 64)
+    parsed = _count_parses(monkeypatch)
+    for _ in range(2):
+        HuggingFaceTokenizer(tokenizer_path=str(tokenizer_dir))
+    assert len(parsed) == 2  # torchtitan alone: parsed again for the second run
+
+
+def test_a_reused_tokenizer_is_what_a_fresh_load_gives(tokenizer_dir, tmp_path, monkeypatch):
+    from torchtitan.components.tokenizer import HuggingFaceTokenizer
+
+    fresh = HuggingFaceTokenizer(tokenizer_path=str(tokenizer_dir))
+    parsed = _count_parses(monkeypatch)
+    text = "def train(steps: int) -> None:  # Qwen3 on Trainium2 <|im_end|>"
+    with patches.reuse_loaded_tokenizer():
+        first = HuggingFaceTokenizer(tokenizer_path=str(tokenizer_dir))
+        second = HuggingFaceTokenizer(tokenizer_path=str(tokenizer_dir))
+        assert len(parsed) == 1 and second.tokenizer is first.tokenizer
+        for tok in (first, second):
+            assert tok.encode(text, add_bos=True, add_eos=True) == fresh.encode(
+                text, add_bos=True, add_eos=True
+            )
+            assert (tok.bos_id, tok.eos_id, tok.get_vocab_size()) == (
+                fresh.bos_id, fresh.eos_id, fresh.get_vocab_size()
+            )  # fmt: skip
+        # other files, or the same files changed: parsed again
+        copy = tmp_path / "tokenizer"
+        copy.mkdir()
+        for f in tokenizer_dir.iterdir():
+            (copy / f.name).write_bytes(f.read_bytes())
+        HuggingFaceTokenizer(tokenizer_path=str(copy))
+        config = copy / "tokenizer_config.json"
+        config.write_text(config.read_text() + "\n")
+        HuggingFaceTokenizer(tokenizer_path=str(copy))
+        assert len(parsed) == 3
+    HuggingFaceTokenizer(tokenizer_path=str(tokenizer_dir))
+    assert len(parsed) == 4  # undone on exit: torchtitan's own load again
+
+
 # --- the transformers backend -----------------------------------------------------------
 
 
