@@ -48,8 +48,57 @@ def test_the_install_ends_in_one_byte_compilation_on_every_core():
     assert len(compiles) == 1
     line = lines[compiles[0]]
     assert "-j 0" in line and '"$site_packages"' in line
-    assert "purelib" in "\n".join(lines[compiles[0] - 3 : compiles[0]])
+    assert "purelib" in "\n".join(lines[compiles[0] - 12 : compiles[0]])
     last_install = max(i for i, ln in enumerate(lines) if re.search(r"-m pip install\b", ln))
     assert compiles[0] > last_install  # after every pip install, inside the install block
     stamp_write = next(i for i, ln in enumerate(lines) if '> "$stamp"' in ln)
     assert compiles[0] < stamp_write  # an interrupted compile is redone by the next setup
+
+
+def _compile_skip(site_packages: str) -> re.Pattern[str]:
+    """The regex setup.sh hands ``compileall -x``, built as setup.sh builds it."""
+    import subprocess
+    import sys
+
+    text = SETUP.read_text()
+    skip = re.search(r"^compile_skip='([^']+)'$", text, re.M).group(1)
+    code = re.search(r"skip=\$\(\"\$py\" -c '([^']+)'", text).group(1)
+    out = subprocess.run(
+        [sys.executable, "-c", code, site_packages, skip], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    return re.compile(out.stdout.strip())
+
+
+def test_the_compile_leaves_out_test_suites_and_other_model_families_only():
+    sp = "/home/me/test/qwen3-trn/.venv/lib/python3.11/site-packages"
+    skip = _compile_skip(sp)
+    for left_out in ("pandas/tests/frame/test_api.py", "torch/utils/data/test/x.py",
+                     "transformers/models/llama/modeling_llama.py",
+                     "transformers/models/qwen3_next/modeling_qwen3_next.py"):  # fmt: skip
+        assert skip.search(f"{sp}/{left_out}"), left_out
+    for kept in ("torch/nn/modules/linear.py", "torch/testing/_comparison.py",
+                 "transformers/models/__init__.py", "transformers/models/auto/modeling_auto.py",
+                 "transformers/models/qwen3/modeling_qwen3.py",
+                 "transformers/models/qwen3_moe/modeling_qwen3_moe.py",
+                 "torchtitan/models/qwen3/model.py"):  # fmt: skip
+        assert not skip.search(f"{sp}/{kept}"), kept  # (under a folder named test/)
+
+
+def test_nothing_a_run_imports_is_left_uncompiled():
+    """Every module this test process has imported from site-packages (the trainer,
+    transformers' Qwen3, and whatever the tests before it used) is compiled by setup."""
+    import sys
+    import sysconfig
+
+    import transformers.models.qwen3.modeling_qwen3  # noqa: F401
+    import transformers.models.qwen3_moe.modeling_qwen3_moe  # noqa: F401
+
+    import qwen3_trn_helpers.training.trainer  # noqa: F401
+
+    sp = sysconfig.get_paths()["purelib"]
+    skip = _compile_skip(sp)
+    files = [f for m in list(sys.modules.values())
+             if (f := getattr(m, "__file__", None)) and f.startswith(sp + "/")]  # fmt: skip
+    assert len(files) > 2000
+    assert [f for f in files if skip.search(f)] == []
