@@ -14,6 +14,7 @@ trn2, through torchrun in child processes.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -169,6 +170,20 @@ def launches(plan: Plan) -> bool:
     return not launched_by_torchrun() and (plan.world_size > 1 or plan.device.is_trn2)
 
 
+def http_errors(session: object) -> tuple[type[BaseException], ...]:
+    """What a failed request through the hub's session raises: httpx's ``HTTPError``
+    (huggingface_hub 1.x) and the ``HTTPError`` of the session's own library
+    (huggingface_hub 2.x's client is ``httpx2.Client``, whose errors are not httpx's)."""
+    import httpx
+
+    errors: list[type[BaseException]] = [httpx.HTTPError]
+    library = sys.modules.get(type(session).__module__.partition(".")[0])
+    own = getattr(library, "HTTPError", None)
+    if isinstance(own, type) and issubclass(own, BaseException) and own not in errors:
+        errors.append(own)
+    return tuple(errors)
+
+
 def check_hub_answers(plan: Plan, timeout_s: float = 10.0) -> None:
     """A run that streams its text from the hub asks the hub once, before anything is
     built: offline, or without network, the dataset library retried for 30 s and then
@@ -181,12 +196,12 @@ def check_hub_answers(plan: Plan, timeout_s: float = 10.0) -> None:
             "on (HF_HUB_OFFLINE=1); unset it, or train on --corpus embedded or a local "
             ".txt/.jsonl file or folder"
         )
-    import httpx
     from huggingface_hub import constants, get_session
 
+    session = get_session()
     try:
-        get_session().head(constants.ENDPOINT, timeout=timeout_s, follow_redirects=True)
-    except httpx.HTTPError as e:
+        session.head(constants.ENDPOINT, timeout=timeout_s, follow_redirects=True)
+    except http_errors(session) as e:
         raise ConfigError(
             f"corpus {plan.corpus!r} streams from the Hugging Face hub, but "
             f"{constants.ENDPOINT} does not answer from this machine ({type(e).__name__}: "

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 
 import pytest
 from hostile import one_error_line, strict_load
@@ -161,6 +162,30 @@ def test_a_cache_under_a_file_is_named(tmp_path, monkeypatch, capsys):
         line = one_error_line(capsys)
         assert f"{tmp_path / 'afile'} is a file; set QWEN3_TRN_CACHE to a folder" in line
     assert not (tmp_path / "run").exists()
+
+
+def test_a_failed_hub_request_is_caught_whichever_http_library_the_hub_uses(monkeypatch):
+    """huggingface_hub 1.x's session is httpx's; 2.x's is httpx2's, whose errors are not
+    httpx's (a refused connection came out as "unexpected ConnectError" on Python 3.12)."""
+    import types
+
+    import httpx
+
+    from qwen3_trn_helpers.runs.run import http_errors
+
+    library = types.ModuleType("otherhttp")
+
+    class HTTPError(Exception):
+        pass
+
+    class Client:
+        pass
+
+    library.HTTPError = HTTPError
+    Client.__module__ = "otherhttp._client"
+    monkeypatch.setitem(sys.modules, "otherhttp", library)
+    assert http_errors(Client()) == (httpx.HTTPError, HTTPError)
+    assert http_errors(httpx.Client()) == (httpx.HTTPError,)
 
 
 def test_hub_corpus_without_network_is_named_quickly(tmp_path, monkeypatch, capsys):
