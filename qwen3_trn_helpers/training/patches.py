@@ -3,8 +3,7 @@
 Each patch is a :class:`Patch`: a context manager that applies one named change and
 undoes it on exit, with the condition (device, ranks, versions) under which a run needs
 it. The trainer (training/trainer.py) enters the ones a run needs when it is built and
-leaves them when it is closed, so no change outlives the run that needed it (one keeps a
-parsed tokenizer for the process's next run, not a change). Three apply to
+leaves them when it is closed, so nothing outlives the run that needed it. Two apply to
 every run (:data:`RUN_PATCHES`); the others belong to a variant, and training/trainer.py
 says which (``VARIANT_PARTS``). Each says why it exists and which versions it was
 written for, and ``tests/unit/training/test_patches.py`` checks that each one still is needed (it
@@ -148,73 +147,6 @@ def no_end_of_run_sleep() -> Iterator[None]:
     clock = SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if not k.startswith("_")})
     clock.sleep = lambda seconds: None
     with mock.patch.object(trainer_module, "time", clock):
-        yield
-
-
-# --- the tokenizer ---------------------------------------------------------------------
-
-
-#: the last tokenizer.json parsed in this process: (its files' identity, the Tokenizer)
-_LOADED_TOKENIZER: list[tuple[tuple[Any, ...], Any]] = []
-
-
-def _tokenizer_files_identity(folder: str) -> tuple[Any, ...] | None:
-    """What says the folder's tokenizer files are the ones parsed before: each file's
-    real path, inode, size and modification time (None: no tokenizer.json there)."""
-    identity: list[Any] = []
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        path = os.path.realpath(os.path.join(folder, name))
-        try:
-            st = os.stat(path)
-        except OSError:
-            if name == "tokenizer.json":
-                return None
-            identity.append((path, None))
-            continue
-        identity.append((path, st.st_ino, st.st_size, st.st_mtime_ns))
-    return tuple(identity)
-
-
-def tokenizer_parsed_per_build() -> bool:
-    """The gate of :func:`reuse_loaded_tokenizer`: torchtitan 0.3.0's
-    ``HuggingFaceTokenizer`` parses ``tokenizer.json`` in ``_load_tokenizer_from_path``."""
-    import inspect
-
-    from torchtitan.components.tokenizer import HuggingFaceTokenizer
-
-    loader = getattr(HuggingFaceTokenizer, "_load_tokenizer_from_path", None)
-    return loader is not None and "Tokenizer.from_file" in inspect.getsource(loader)
-
-
-@applies_when(lambda device, world: tokenizer_parsed_per_build())
-@contextmanager
-def reuse_loaded_tokenizer() -> Iterator[None]:
-    """Give a run the tokenizer the process parsed for the last run, if its files are
-    the same.
-
-    Why: torchtitan 0.3.0 builds a ``HuggingFaceTokenizer`` for every Trainer, and each
-    parses Qwen3's tokenizer.json anew (18.7 MB: 151,643 tokens, 294,166 merges): 0.7 s of a
-    2-step tiny run's 1.9 s on a 2-core Zen 4, paid by every run a notebook kernel or
-    test worker starts after its first. The parsed ``Tokenizer`` is kept (one, the
-    last) and handed out again while tokenizer.json and tokenizer_config.json are the
-    same files, unchanged (path, inode, size, modification time). torchtitan's only
-    change to it, adding the config's special tokens where they are missing, finds them
-    present the second time, so the object is as a fresh load leaves it.
-    """
-    from torchtitan.components.tokenizer import HuggingFaceTokenizer
-
-    load = HuggingFaceTokenizer._load_tokenizer_from_path
-
-    def load_once(self: Any, tokenizer_path: str) -> Any:
-        identity = _tokenizer_files_identity(tokenizer_path)
-        if identity is not None and _LOADED_TOKENIZER and _LOADED_TOKENIZER[0][0] == identity:
-            return _LOADED_TOKENIZER[0][1]
-        tokenizer = load(self, tokenizer_path)
-        if identity is not None:
-            _LOADED_TOKENIZER[:] = [(identity, tokenizer)]
-        return tokenizer
-
-    with mock.patch.object(HuggingFaceTokenizer, "_load_tokenizer_from_path", load_once):
         yield
 
 
@@ -475,7 +407,7 @@ def fsdp_table_parameters(model_parts: list[torch.nn.Module]) -> int:
 
 
 #: the patches every run gets (where their gates hold); variants add theirs
-RUN_PATCHES: tuple[Patch, ...] = (torchtitan_on_cpu, no_end_of_run_sleep, reuse_loaded_tokenizer)
+RUN_PATCHES: tuple[Patch, ...] = (torchtitan_on_cpu, no_end_of_run_sleep)
 
 #: every patch by name, for :func:`disabled` (the notebooks switch one off by name)
 PATCHES: dict[str, Patch] = {

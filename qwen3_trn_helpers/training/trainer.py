@@ -59,6 +59,7 @@ from .host_memory import keep_freed_memory_while_training, release_freed_memory
 from .patches import Patch
 from .plan import Plan
 from .stopping import StopRequest
+from .tokenizer import ReusedTokenizer
 
 
 @dataclass(kw_only=True, slots=True)
@@ -387,6 +388,7 @@ def trainer_config(
     kwargs: dict[str, Any] = dict(
         model_spec=variant.model_spec(plan.shape, plan.preset.name, plan.attention),
         hf_assets_path=str(plan.tokenizer_dir or ensure_tokenizer()),
+        tokenizer=ReusedTokenizer.Config(),  # parsed once per process (training/tokenizer.py)
         dump_folder=str(out),
         metrics=Qwen3TrnMetrics.Config(
             log_freq=1,
