@@ -33,8 +33,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from .errors import DeviceError
+from .stack import collector_paused, torchtitan_stack
 from .stack import installed_version as _version
-from .stack import torchtitan_stack
 from .without_triton import triton_summary
 
 DEVICE_TYPES = ("auto", "neuron", "cuda", "cpu")
@@ -78,7 +78,8 @@ def detect_device_type() -> str:
     cpu, and nobody has shown torchtitan 0.3.0 training on MPS (not testable here), while
     the tiny presets are fast enough on a laptop CPU. :func:`device_note` says so.
     """
-    import torch
+    with collector_paused():  # often the process's first import of torch
+        import torch
 
     if neuron_available():
         return "neuron"

@@ -283,11 +283,13 @@ def native_model_config(shape: Qwen3Shape):
     grouped-matmul experts); the trainer config swaps attention and experts through
     torchtitan's override mechanism, so this stays torchtitan's model.
     """
-    from torchtitan.models.common import CosSinRoPE, Embedding, Linear
-    from torchtitan.models.common.nn_modules import RMSNorm
-    from torchtitan.models.qwen3.model import Qwen3Model
-
+    from ..stack import collector_paused
     from ..torchtitan_internals import qwen3_builders
+
+    with collector_paused():  # planning's first torchtitan import: most of the stack
+        from torchtitan.models.common import CosSinRoPE, Embedding, Linear
+        from torchtitan.models.common.nn_modules import RMSNorm
+        from torchtitan.models.qwen3.model import Qwen3Model
 
     b = qwen3_builders()
     s = shape

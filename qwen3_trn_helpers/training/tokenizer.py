@@ -4,12 +4,18 @@ torchtitan 0.3.0 builds the tokenizer from ``Trainer.Config.tokenizer``
 (``config.tokenizer.build(tokenizer_path=config.hf_assets_path)``), and its
 ``HuggingFaceTokenizer`` parses Qwen3's tokenizer.json anew each time (18.7 MB: 151,643
 tokens, 294,166 merges): 0.7 s of a 2-step tiny run's 1.9 s on a 2-core Zen 4, paid by
-every run a notebook kernel or test worker starts after its first. Our trainer config
-names :class:`ReusedTokenizer` in that field instead: the same class, which hands out
-the ``Tokenizer`` the process parsed last while tokenizer.json and tokenizer_config.json
-are the same files, unchanged (real path, inode, size, modification time).
-torchtitan's only change to the parsed object, adding the config's special tokens where
-they are missing, finds them present the second time, so it is as a fresh load leaves it.
+every run a notebook kernel or test worker starts after its first. Planning the run had
+parsed the same file a moment before, for its vocabulary check (assets.load_tokenizer):
+0.6 s more in every process that trains (each torchrun rank, each CLI command).
+
+Our trainer config names :class:`ReusedTokenizer` in that field instead: the same
+class, whose ``Tokenizer`` is the process's one parse of the file
+(:func:`~qwen3_trn_helpers.assets.load_tokenizer`, re-read when tokenizer.json changes).
+torchtitan's only change to the parsed object is adding the special tokens
+tokenizer_config.json names where they are missing; Qwen3's are all there, so the
+object stays as a fresh load leaves it (tests/unit/training/test_tokenizer.py). Where a
+folder's tokenizer_config.json changed since its tokenizer was handed out (real path,
+inode, size, modification time), the run parses afresh, as torchtitan would.
 """
 
 from __future__ import annotations
@@ -20,13 +26,16 @@ from typing import Any
 
 from torchtitan.components.tokenizer import HuggingFaceTokenizer
 
-#: the last tokenizer.json parsed in this process: (its files' identity, the Tokenizer)
-_LOADED: list[tuple[tuple[Any, ...], Any]] = []
+from ..assets import load_tokenizer
+
+#: each tokenizer.json handed to torchtitan in this process (its identity) -> the
+#: identity of the tokenizer_config.json it was handed out with
+_HANDED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 
 def tokenizer_files_identity(folder: str) -> tuple[Any, ...] | None:
     """What says the folder's tokenizer files are the ones parsed before (None: no
-    tokenizer.json there)."""
+    tokenizer.json there): (tokenizer.json's, tokenizer_config.json's)."""
     identity: list[Any] = []
     for name in ("tokenizer.json", "tokenizer_config.json"):
         path = os.path.realpath(os.path.join(folder, name))
@@ -42,7 +51,7 @@ def tokenizer_files_identity(folder: str) -> tuple[Any, ...] | None:
 
 
 class ReusedTokenizer(HuggingFaceTokenizer):
-    """torchtitan's ``HuggingFaceTokenizer``, reusing the process's last parse."""
+    """torchtitan's ``HuggingFaceTokenizer``, on the process's one parse of the file."""
 
     @dataclass(kw_only=True, slots=True)
     class Config(HuggingFaceTokenizer.Config):
@@ -50,9 +59,9 @@ class ReusedTokenizer(HuggingFaceTokenizer):
 
     def _load_tokenizer_from_path(self, tokenizer_path: str) -> Any:
         identity = tokenizer_files_identity(tokenizer_path)
-        if identity is not None and _LOADED and _LOADED[0][0] == identity:
-            return _LOADED[0][1]
-        tokenizer = super()._load_tokenizer_from_path(tokenizer_path)
-        if identity is not None:
-            _LOADED[:] = [(identity, tokenizer)]
-        return tokenizer
+        if identity is None:  # torchtitan's own error for a folder without one
+            return super()._load_tokenizer_from_path(tokenizer_path)
+        tokenizer_json, config = identity
+        if _HANDED.setdefault(tokenizer_json, config) != config:
+            return super()._load_tokenizer_from_path(tokenizer_path)
+        return load_tokenizer(tokenizer_path)

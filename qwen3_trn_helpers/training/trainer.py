@@ -8,13 +8,17 @@ point (``torchrun -m torchtitan.train --module qwen3_trn_helpers --config ...``)
 calls ``config.build()`` itself.
 
 Our trainers are torchtitan's (``Trainer``, and the transformers backend's
-``HFTransformerTrainer``); which one a variant trains with, and which patches its model
-needs, is :data:`VARIANT_PARTS`, the one place training maps the model registry
-(model/variants.py) to training code. Five additions, all made in ``__init__`` and
+``HFTransformerTrainer``, in training/hf_trainer.py); which one a variant trains with,
+and which patches its model needs, is :data:`VARIANT_PARTS`, the one place training maps
+the model registry (model/variants.py) to training code. Six additions, all made in ``__init__`` and
 undone in ``close()``:
 
 - the compatibility patches the run needs (training/patches.py), entered as one
   reversible scope, so nothing outlives the run;
+- CPython's cyclic garbage collector back on at close, where it was on: torchtitan's
+  ``GarbageCollection`` turns it off for the process (collecting every
+  ``gc_freq`` steps itself, so ranks do not stall at random steps) and never back, and a
+  notebook kernel that had trained once collected no reference cycle again;
 - a one-rank process group when not launched by torchrun (a notebook, or a plain
   ``python -m torchtitan.train``), torn down on close;
 - FSDP's gradient reduction switched to SUM when several CPU ranks use gloo;
@@ -27,20 +31,20 @@ undone in ``close()``:
 
 from __future__ import annotations
 
+import gc
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-from torchtitan.experiments.graph_trainer.trainer import GraphTrainer
-from torchtitan.experiments.transformers_modeling_backend.configs import (
-    TransformersBackendConfig,
-)
-from torchtitan.experiments.transformers_modeling_backend.trainer import HFTransformerTrainer
-from torchtitan.trainer import Trainer
+from ..stack import collector_paused
+
+with collector_paused():  # the stack's modules stay: no full collections while they import
+    import torch
+    from torchtitan.experiments.graph_trainer.trainer import GraphTrainer
+    from torchtitan.trainer import Trainer
 
 from ..device import DEVICES, Device
 from ..errors import PEER_LOST, AssetError, ConfigError, NonFiniteLoss, TrainingError
@@ -116,6 +120,8 @@ class _RunScope:
         self.stop_request: StopRequest | None = None
         self.stopped_at: int | None = None  # the step a requested stop saved and ended at
         try:
+            if gc.isenabled():  # torchtitan's GarbageCollection turns it off for good
+                self._scope.callback(gc.enable)
             launched = self._scope.enter_context(one_rank_environment())
             self._owns_process_group = not launched
             world = world_size()
@@ -250,22 +256,6 @@ class Qwen3TrnGraphTrainer(_RunScope, GraphTrainer):
         qwen3_trn: RunOptions = field(default_factory=RunOptions)
 
 
-class Qwen3TrnHFTrainer(_RunScope, HFTransformerTrainer):
-    """The transformers backend's trainer, for the transformers_v5 variant."""
-
-    @dataclass(kw_only=True, slots=True)
-    class Config(TransformersBackendConfig):
-        qwen3_trn: RunOptions = field(default_factory=RunOptions)
-
-    @classmethod
-    def backend_fields(cls, plan: Plan) -> dict[str, Any]:
-        """``hf_model``: the backend builds its model from a config.json, the initial
-        checkpoint's, else one written for the plan's shape."""
-        from ..model.hf_checkpoint import cached_hf_config
-
-        return {"hf_model": str(plan.init_dir or cached_hf_config(plan.shape))}
-
-
 @dataclass(frozen=True)
 class VariantParts:
     """What training adds to a registry variant: its trainer class and its patches.
@@ -275,17 +265,30 @@ class VariantParts:
     top of ``patches``.
     """
 
-    trainer: type[Qwen3TrnTrainer] | type[Qwen3TrnHFTrainer]
+    trainer_class: Callable[[], type[_RunScope]]
     patches: tuple[Patch, ...]
+
+    @property
+    def trainer(self) -> type[_RunScope]:
+        """The trainer class, imported when first asked for: the transformers backend's
+        brings transformers (about 1 s), which a process training another variant (each
+        rank of a native run) never needs."""
+        return self.trainer_class()
+
+
+def _hf_trainer() -> type[_RunScope]:
+    from .hf_trainer import Qwen3TrnHFTrainer
+
+    return Qwen3TrnHFTrainer
 
 
 #: each registry class -> its parts; every variant of model.variants.VARIANTS has one
 #: (tests/unit/model/test_variants.py)
 VARIANT_PARTS: dict[type[Variant], VariantParts] = {
-    TorchtitanQwen3: VariantParts(Qwen3TrnTrainer, (patches.tie_embedding_before_fsdp,)),
-    BlockwiseMoE: VariantParts(Qwen3TrnTrainer, (patches.tie_embedding_before_fsdp,)),
+    TorchtitanQwen3: VariantParts(lambda: Qwen3TrnTrainer, (patches.tie_embedding_before_fsdp,)),
+    BlockwiseMoE: VariantParts(lambda: Qwen3TrnTrainer, (patches.tie_embedding_before_fsdp,)),
     TransformersV5: VariantParts(
-        Qwen3TrnHFTrainer,
+        _hf_trainer,
         (patches.hf_backend_rope_init, patches.hf_backend_sdpa, patches.keep_transformers_init),
     ),
 }

@@ -30,3 +30,26 @@ def test_neuron_requested_but_absent_is_a_clear_error():
 def test_unknown_device():
     with pytest.raises(DeviceError, match="unknown device 'tpu'"):
         device.resolve_device("tpu")
+
+
+def test_the_stack_imports_with_the_collector_paused_and_restored():
+    """stack.collector_paused: no collection inside (the stack's imports), the collector
+    as it was afterwards (on, or off where the caller had turned it off), even on error."""
+    import gc
+
+    from qwen3_trn_helpers.stack import collector_paused
+
+    gc.enable()  # (as a fresh process has it)
+    with collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ImportError), collector_paused():
+        import qwen3_trn_no_such_module  # noqa: F401
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # the caller's choice stands
+    finally:
+        gc.enable()

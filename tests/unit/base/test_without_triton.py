@@ -58,9 +58,15 @@ def test_hook_serves_nothing_where_triton_is_installed():
     assert without_triton.triton_summary() == without_triton.triton_version()
 
 
+#: notebook 02's entry-point cell as a Mac user types it without the hook
+ENTRY_ARGS = ["--module", "qwen3_trn_helpers", "--config", "qwen3_trn_tiny_native", "--help"]
+AS_TYPED = "runpy.run_module('torchtitan.train', run_name='__main__', alter_sys=True)"
+
+
 def test_upstream_still_imports_triton_unconditionally():
-    """Fails once torchtitan imports without triton: then without_triton.py can go."""
-    proc = child("import torchtitan.models.qwen3")
+    """Fails once torchtitan imports without triton: then without_triton.py can go.
+    (The child is notebook 02's entry-point cell without the hook: it stops there.)"""
+    proc = child(f"import runpy; sys.argv = ['x', *{ENTRY_ARGS!r}]\n" + AS_TYPED)
     assert proc.returncode != 0
     assert "ModuleNotFoundError: import of triton halted" in proc.stderr, proc.stderr[-2000:]
 
@@ -156,18 +162,14 @@ def test_preflight_names_a_missing_entry_point_hook(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_entry_point_cell_runs_without_triton_or_hook(monkeypatch, tmp_path):
-    """Notebook 02's entry-point cell on a Mac without the start-up hook: the plain
-    `-m torchtitan.train` stops at `import triton`; the argv the cell uses parses and
-    answers --help through torchtitan's own main()."""
+    """Notebook 02's entry-point cell on a Mac without the start-up hook: the argv the
+    cell uses parses and answers --help through torchtitan's own main(). (The plain
+    `-m torchtitan.train` stops at `import triton`: the test above.)"""
     monkeypatch.setattr(without_triton, "triton_importable", lambda: False)
     monkeypatch.setattr(without_triton, "pth_path", lambda: tmp_path / "absent.pth")
-    args = ["--module", "qwen3_trn_helpers", "--config", "qwen3_trn_tiny_native", "--help"]
-    argv = without_triton.entry_point_argv(args)
+    argv = without_triton.entry_point_argv(ENTRY_ARGS)
     assert argv[0] == "-c"  # no hook here: the hook's line runs first
-    as_typed = "runpy.run_module('torchtitan.train', run_name='__main__', alter_sys=True)"
-    plain = child(f"import runpy; sys.argv = ['x', *{args!r}]\n" + as_typed)
-    assert plain.returncode != 0 and "triton" in plain.stderr
-    fixed = child(f"sys.argv = ['-c', *{args!r}]\n" + argv[1])
+    fixed = child(f"sys.argv = ['-c', *{ENTRY_ARGS!r}]\n" + argv[1])
     assert fixed.returncode == 0, fixed.stderr[-2000:]
     assert "--training.steps" in fixed.stdout
 

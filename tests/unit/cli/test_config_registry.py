@@ -10,7 +10,8 @@ from torchtitan.config import ConfigManager
 from qwen3_trn_helpers import config_registry
 from qwen3_trn_helpers.model.attention import DocumentMaskedSDPA
 from qwen3_trn_helpers.model.variants import VARIANTS
-from qwen3_trn_helpers.training.trainer import Qwen3TrnHFTrainer, Qwen3TrnTrainer
+from qwen3_trn_helpers.training.hf_trainer import Qwen3TrnHFTrainer
+from qwen3_trn_helpers.training.trainer import Qwen3TrnTrainer
 
 CONFIGS = [name for name in dir(config_registry) if name.startswith("qwen3_trn_")]
 

@@ -152,6 +152,26 @@ def test_training_gives_every_variant_one_trainer_and_its_patches():
         variant_parts(unknown(**{**vars(VARIANTS["native"]), "name": "x"}))
 
 
+def test_only_the_transformers_variant_imports_transformers(monkeypatch):
+    """training/trainer.py, imported afresh with transformers unavailable, gives the
+    native trainer; the transformers_v5 one (training/hf_trainer.py) is what needs it."""
+    import importlib
+    import sys
+
+    import qwen3_trn_helpers.training as training
+
+    monkeypatch.setattr(training, "trainer", training.trainer)  # restored afterwards
+    again = ("qwen3_trn_helpers.training.trainer", "qwen3_trn_helpers.training.hf_trainer",
+             "torchtitan.experiments.transformers_modeling_backend", "transformers.")  # fmt: skip
+    for name in [m for m in sys.modules if m.startswith(again) or m == "transformers"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers fails
+    fresh = importlib.import_module("qwen3_trn_helpers.training.trainer")
+    assert fresh.variant_parts(VARIANTS["native"]).trainer is fresh.Qwen3TrnTrainer
+    with pytest.raises(ImportError):
+        fresh.variant_parts(VARIANTS["transformers_v5"]).trainer  # noqa: B018
+
+
 def test_presets_are_consistent():
     assert PRESETS["4b"].shape.rope_theta == 5e6  # 2507, not torchtitan's 4B flavor's 1e6
     for preset in PRESETS.values():

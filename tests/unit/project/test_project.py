@@ -243,3 +243,21 @@ def test_test_processes_freeze_what_collection_left():
     import gc
 
     assert gc.get_freeze_count() > 100_000
+
+
+def test_a_test_that_imported_much_is_followed_by_another_freeze():
+    """After a test that imported 300 modules or more (the first training imports the
+    whole stack), conftest.py freezes again; after one that imported less, not."""
+    import gc
+    import sys
+
+    conftest = _root_conftest()
+    conftest._FROZEN_AT[0] = len(sys.modules) - conftest.FREEZE_AFTER_MODULES + 1
+    before = gc.get_freeze_count()
+    alive = [[] for _ in range(1000)]  # tracked objects that outlive the test
+    conftest.pytest_runtest_logfinish("a test", None)
+    assert gc.get_freeze_count() == before  # 299 new modules: not worth a collection
+    conftest._FROZEN_AT[0] -= 1
+    conftest.pytest_runtest_logfinish("a test", None)
+    assert gc.get_freeze_count() >= before + len(alive)
+    assert conftest._FROZEN_AT[0] == len(sys.modules)

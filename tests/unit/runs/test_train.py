@@ -39,8 +39,16 @@ def test_metrics_file_has_one_line_per_step(ten_step_random):
 
 
 def test_second_run_in_same_process_reproduces_the_first(ten_step_random, tmp_path):
+    import gc
+
+    from torchtitan.tools.utils import GarbageCollection
+
+    GarbageCollection(gc_freq=1000)  # what torchtitan's Trainer makes: the collector off
+    assert not gc.isenabled()  # (if this fails, torchtitan stopped; the trainer's
+    gc.enable()  # callback that turns it back on at close can go)
     again = run("native", steps=3, out=str(tmp_path / "again"), progress=False)
     assert again.losses == pytest.approx(ten_step_random.losses[:3], abs=1e-5)
+    assert gc.isenabled()  # a kernel that trained still collects reference cycles
 
 
 def test_out_folder_with_a_previous_run_is_refused(ten_step_random):

@@ -83,10 +83,12 @@ def test_the_printed_script_takes_its_lead_time_from_the_model(tmp_path):
     assert MIN_SIGNAL_LEAD_S < leads["4b"] < leads["30b-a3b"]
 
 
-def _stubbed_job(tmp_path: Path, spec: RunSpec) -> tuple[subprocess.Popen, Path, Path]:
+def _stubbed_job(
+    tmp_path: Path, spec: RunSpec, train_s: int = 4
+) -> tuple[subprocess.Popen, Path, Path]:
     """The printed script under bash with Slurm's commands stubbed: scontrol records its
     arguments, srun runs the check and fabric steps at once and the training step
-    (the one ending in `&`) as a 4-second sleep that marks its start."""
+    (the one ending in `&`) as a ``train_s``-second sleep that marks its start."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "calls.txt"
@@ -94,8 +96,8 @@ def _stubbed_job(tmp_path: Path, spec: RunSpec) -> tuple[subprocess.Popen, Path,
         "scontrol": 'echo "scontrol $*" >> "$CALLS"; [ "$1 $2" = "show hostnames" ] && '
         "echo node1; true",
         "getent": "exit 2",
-        "srun": 'case "$*" in *" train "*) touch "$CALLS.train"; sleep 4; echo "srun done" '
-        '>> "$CALLS";; esac; true',
+        "srun": f'case "$*" in *" train "*) touch "$CALLS.train"; sleep {int(train_s)}; '
+        'echo "srun done" >> "$CALLS";; esac; true',
     }
     for name, body in stubs.items():
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
@@ -133,7 +135,7 @@ def test_without_the_warning_the_job_is_not_requeued(tmp_path):
     spec = RunSpec(nnodes=2, out="run", device="cpu", steps=5, checkpoint_interval=100)
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / STOP_FILE).touch()  # left by an attempt that never acted on it
-    job, calls, stop_file = _stubbed_job(tmp_path, spec)
+    job, calls, stop_file = _stubbed_job(tmp_path, spec, train_s=0)  # no signal to wait for
     output, _ = job.communicate(timeout=60)
     assert job.returncode == 0, output
     assert "scontrol requeue 42" not in calls.read_text()

@@ -1,5 +1,6 @@
 """The tokenizer a run builds (training/tokenizer.py): torchtitan's, parsed once per
-process, through torchtitan's own ``Trainer.Config.tokenizer`` field."""
+process (with planning's parse), through torchtitan's own ``Trainer.Config.tokenizer``
+field."""
 
 import pytest
 from torchtitan.components.tokenizer import HuggingFaceTokenizer
@@ -10,9 +11,13 @@ from qwen3_trn_helpers.training.tokenizer import ReusedTokenizer
 
 @pytest.fixture
 def parsed(monkeypatch) -> list[str]:
-    """Each tokenizer.json torchtitan's tokenizer module parses, in order."""
+    """Each tokenizer.json parsed, by torchtitan's tokenizer module or by ours
+    (assets.load_tokenizer), in order; nothing parsed before the test is reused."""
+    import tokenizers
     import torchtitan.components.tokenizer as tt_tokenizer
     from tokenizers import Tokenizer
+
+    from qwen3_trn_helpers import assets
 
     seen: list[str] = []
 
@@ -23,7 +28,9 @@ def parsed(monkeypatch) -> list[str]:
             return Tokenizer.from_file(path)
 
     monkeypatch.setattr(tt_tokenizer, "Tokenizer", Counting)
-    monkeypatch.setattr(reuse, "_LOADED", [])
+    monkeypatch.setattr(tokenizers, "Tokenizer", Counting)  # assets imports it per call
+    monkeypatch.setattr(reuse, "_HANDED", {})
+    assets._parsed_tokenizer.cache_clear()
     return seen
 
 
@@ -32,6 +39,17 @@ def test_torchtitan_alone_parses_the_tokenizer_for_every_build(tokenizer_dir, pa
     for _ in range(2):
         HuggingFaceTokenizer.Config().build(tokenizer_path=str(tokenizer_dir))
     assert len(parsed) == 2
+
+
+def test_planning_and_the_trainer_parse_once(tmp_path, parsed):
+    """Planning checks the vocabulary with the parse the trainer's tokenizer then uses."""
+    from qwen3_trn_helpers.training.plan import plan_run
+    from qwen3_trn_helpers.training.spec import RunSpec
+
+    plan = plan_run(RunSpec())
+    assert len(parsed) == 1
+    built = ReusedTokenizer.Config().build(tokenizer_path=str(plan.tokenizer_dir))
+    assert len(parsed) == 1 and built.get_vocab_size() == 151_669
 
 
 def test_the_run_config_names_the_reused_tokenizer(tmp_path):
