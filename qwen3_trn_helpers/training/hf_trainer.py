@@ -12,7 +12,7 @@ from typing import Any
 
 from ..stack import collector_paused
 from .plan import Plan
-from .trainer import RunOptions, _RunScope
+from .run_scope import RunOptions, _RunScope
 
 with collector_paused():  # transformers' modules stay: no full collections meanwhile
     from torchtitan.experiments.transformers_modeling_backend.configs import (

@@ -2,17 +2,17 @@
 
 Each patch is a :class:`Patch`: a context manager that applies one named change and
 undoes it on exit, with the condition (device, ranks, versions) under which a run needs
-it. The trainer (training/trainer.py) enters the ones a run needs when it is built and
+it. The trainer (training/run_scope.py) enters the ones a run needs when it is built and
 leaves them when it is closed, so nothing outlives the run that needed it. Two apply to
-every run (:data:`RUN_PATCHES`); the others belong to a variant, and training/trainer.py
-says which (``VARIANT_PARTS``). Each says why it exists and which versions it was
+every run (:data:`RUN_PATCHES`); the others belong to a variant, and training/run_scope.py
+says which (``VARIANT_PATCHES``). Each says why it exists and which versions it was
 written for, and ``tests/unit/training/test_patches.py`` checks that each one still is needed (it
 fails once upstream fixes the problem, so the patch can be deleted) and that it works.
 
 Not patches, so not here: swapping attention and MoE experts goes through torchtitan's
 own override mechanism (model/attention.py, model/moe_blockwise.py); the CPU device
 module torchtitan is pointed at is device code (device.py); switching FSDP to SUM
-reductions for gloo is a public FSDP call on the built model (training/trainer.py).
+reductions for gloo is a public FSDP call on the built model (training/run_scope.py).
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ calls ``config.build()`` itself.
 Our trainers are torchtitan's (``Trainer``, and the transformers backend's
 ``HFTransformerTrainer``, in training/hf_trainer.py); which one a variant trains with,
 and which patches its model needs, is :data:`VARIANT_PARTS`, the one place training maps
-the model registry (model/variants.py) to training code. Six additions, all made in ``__init__`` and
+the model registry (model/variants.py) to training code. Each is subclassed under our
+run scope (training/run_scope.py), which makes six additions, all in ``__init__`` and
 undone in ``close()``:
 
 - the compatibility patches the run needs (training/patches.py), entered as one
@@ -31,10 +32,8 @@ undone in ``close()``:
 
 from __future__ import annotations
 
-import gc
-import math
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,201 +41,16 @@ from typing import Any
 from ..stack import collector_paused
 
 with collector_paused():  # the stack's modules stay: no full collections while they import
-    import torch
     from torchtitan.experiments.graph_trainer.trainer import GraphTrainer
     from torchtitan.trainer import Trainer
 
-from ..device import DEVICES, Device
-from ..errors import PEER_LOST, AssetError, ConfigError, NonFiniteLoss, TrainingError
-from ..model.variants import VARIANTS, BlockwiseMoE, TorchtitanQwen3, TransformersV5, Variant
-from . import patches
-from .compile import (
-    cache_fault,
-    check_compile_cache,
-    compile_cache_folder,
-    keep_dynamo_settings,
-    short_cache_warnings,
-    static_shapes,
-    use_package_caches,
-)
+from ..errors import ConfigError
+from ..model.variants import BlockwiseMoE, TorchtitanQwen3, TransformersV5, Variant
 from .host_memory import keep_freed_memory_while_training, release_freed_memory
 from .patches import Patch
 from .plan import Plan
-from .stopping import StopRequest
+from .run_scope import VARIANT_PATCHES, RunOptions, _RunScope, variant_patches
 from .tokenizer import ReusedTokenizer
-
-
-@dataclass(kw_only=True, slots=True)
-class RunOptions:
-    """What our trainer needs to know beyond torchtitan's own config."""
-
-    variant: Variant = field(default_factory=lambda: VARIANTS["native"])
-    """The plan's variant (model/variants.py): its parts (:data:`VARIANT_PARTS`) decide
-    the trainer's compatibility patches."""
-
-    device: Device = field(default_factory=lambda: DEVICES["cpu"])
-    """The plan's device (neuron, cuda or cpu)."""
-
-    settings: dict[str, Any] = field(default_factory=dict)
-    """The run's resolved settings, compared across every rank at start
-    (:func:`~.ranks.check_same_versions`): nodes started differently stop at once."""
-
-
-#: what a collective says when the rank at the other end is gone (gloo's words; the
-#: Neuron and NCCL backends raise torch's DistError types)
-_LOST_PEER = ("Connection closed by peer", "Connection reset by peer", "remote worker")
-
-
-def lost_peer(error: BaseException) -> bool:
-    """Whether a failed step failed because another rank of the job went away."""
-    import torch.distributed as dist
-
-    return isinstance(error, dist.DistError) or any(w in str(error) for w in _LOST_PEER)
-
-
-def peer_lost_message(error_text: str) -> str:
-    """:data:`PEER_LOST`, naming the node the lost rank ran on where the error tells."""
-    from .ranks import lost_node
-
-    node = lost_node(error_text)
-    if node is None:
-        return PEER_LOST
-    return PEER_LOST.replace(
-        "(a node stopped, failed or lost its network)",
-        f"({node} stopped, failed or lost its network)",
-    )
-
-
-class _RunScope:
-    """Mixin for a torchtitan trainer: patches, process group and failures of one run."""
-
-    def __init__(self, config) -> None:
-        from .ranks import one_rank_environment, world_size
-
-        options: RunOptions = config.qwen3_trn
-        self._scope = ExitStack()
-        self._local_losses: list[torch.Tensor] = []
-        #: set by the caller (runs/here.py) for a run that saves checkpoints
-        self.stop_request: StopRequest | None = None
-        self.stopped_at: int | None = None  # the step a requested stop saved and ended at
-        try:
-            if gc.isenabled():  # torchtitan's GarbageCollection turns it off for good
-                self._scope.callback(gc.enable)
-            launched = self._scope.enter_context(one_rank_environment())
-            self._owns_process_group = not launched
-            world = world_size()
-            parts = variant_parts(options.variant)
-            self._scope.enter_context(patches.run_patches(parts.patches, options.device, world))
-            self._compiles = config.compile.enable  # --compile, or torchtitan's --compile.enable
-            if self._compiles:
-                use_package_caches(options.device)
-                cache = compile_cache_folder(options.device)
-                if cache is not None:  # a folder that cannot work: one line, now
-                    check_compile_cache(*cache)
-                    self._scope.enter_context(short_cache_warnings(cache[1]))
-                self._scope.enter_context(keep_dynamo_settings())
-                self._scope.enter_context(static_shapes(options.device))
-            super().__init__(config)  # type: ignore[call-arg]
-            # each checkpoint records the settings: a resume is checked against them
-            # even when run.json is lost (runs/folder.py: check_resume)
-            self.checkpointer.run_settings = options.settings  # type: ignore[attr-defined]
-            if options.device.is_cpu and world > 1:
-                force_sum_reduction_for_gloo(self.model_parts)
-        except BaseException:
-            self._teardown()
-            raise
-
-    @classmethod
-    def backend_fields(cls, plan: Plan) -> dict[str, Any]:
-        """Config fields only this trainer's ``Config`` has (torchtitan's Trainer: none)."""
-        return {}
-
-    def init_distributed(self):
-        """torchtitan's process group, then: every rank runs the same software."""
-        from .ranks import check_same_versions
-
-        parallel_dims = super().init_distributed()  # type: ignore[misc]
-        if self.config.comm.mode == "default":  # type: ignore[attr-defined]
-            check_same_versions(self.config.qwen3_trn.settings)  # type: ignore[attr-defined]
-        return parallel_dims
-
-    def post_dataloading_process(self, input_dict, labels):
-        """torchtitan's batch preparation; compiled, the document count made symbolic."""
-        inputs, labels, extra = super().post_dataloading_process(input_dict, labels)  # type: ignore[misc]
-        if self._compiles:
-            from ..model.attention import mark_document_count_dynamic
-
-            mark_document_count_dynamic(extra.get("attention_masks"))
-        return inputs, labels, extra
-
-    def forward_backward_step(self, **kwargs: Any) -> torch.Tensor:
-        loss = super().forward_backward_step(**kwargs)  # type: ignore[misc]
-        self._local_losses.append(loss.detach())
-        return loss
-
-    def should_continue_training(self) -> bool:
-        return self.stopped_at is None and super().should_continue_training()  # type: ignore[misc]
-
-    def _stop_if_requested(self) -> None:
-        """At a step's end: if any rank was told to stop, save this step and end."""
-        if self.stop_request is None:
-            return
-        if self.stop_request.agree(getattr(self, "device", None)):
-            self.stopped_at = self.step  # type: ignore[attr-defined]
-            self.checkpointer.save_now = True  # type: ignore[attr-defined]
-
-    def train_step(self, data_iterator) -> None:
-        self._local_losses = []
-        try:
-            super().train_step(data_iterator)  # type: ignore[misc]
-            self._stop_if_requested()
-        except Exception as e:
-            cache = compile_cache_folder(self.config.qwen3_trn.device) if self._compiles else None  # type: ignore[attr-defined]
-            fault = cache_fault(e, cache[1]) if cache is not None else None
-            if fault is not None:
-                raise AssetError(fault) from None
-            if not isinstance(e, RuntimeError):
-                raise
-            if lost_peer(e):
-                raise TrainingError(
-                    f"step {self.step}: {peer_lost_message(str(e))}",  # type: ignore[attr-defined]
-                    step=self.step,  # type: ignore[attr-defined]
-                ) from None
-            value = self._non_finite_value()
-            if value is None:
-                raise
-            raise NonFiniteLoss(self.step, value) from None  # type: ignore[attr-defined]
-
-    def _non_finite_value(self) -> float | None:
-        """The local loss when it (or, from another rank, the weights) is not finite."""
-        if self._local_losses:
-            local = float(torch.stack([x.float() for x in self._local_losses]).sum())
-            if not math.isfinite(local):
-                return local
-        for part in self.model_parts:  # type: ignore[attr-defined]
-            for p in part.parameters():
-                data = p.to_local() if hasattr(p, "to_local") else p
-                if not torch.isfinite(data).all():
-                    return float("nan")
-        return None
-
-    def close(self) -> None:
-        try:
-            super().close()  # type: ignore[misc]
-        finally:
-            self._teardown()
-
-    def _teardown(self) -> None:
-        import torch.distributed as dist
-
-        if getattr(self, "_owns_process_group", False) and dist.is_initialized():
-            dist.destroy_process_group()
-        if getattr(self, "_compiles", False):
-            # dynamo's in-memory code cache holds this run's graphs, guarded on its model;
-            # a notebook or test that trains again would pile up recompiles until dynamo's
-            # limit silently runs blocks eager. Inductor's on-disk cache stays.
-            torch._dynamo.reset()
-        self._scope.close()
 
 
 class Qwen3TrnTrainer(_RunScope, Trainer):
@@ -261,8 +75,8 @@ class VariantParts:
     """What training adds to a registry variant: its trainer class and its patches.
 
     The model registry (model/variants.py) sits below training and cannot name either,
-    so training keeps this table; the run-wide patches (``patches.RUN_PATCHES``) come on
-    top of ``patches``.
+    so training keeps this table; the patches are training/run_scope.py's
+    ``VARIANT_PATCHES``, and the run-wide ones (``patches.RUN_PATCHES``) come on top.
     """
 
     trainer_class: Callable[[], type[_RunScope]]
@@ -282,51 +96,24 @@ def _hf_trainer() -> type[_RunScope]:
     return Qwen3TrnHFTrainer
 
 
+#: each registry class -> its trainer class (imported on use)
+_TRAINERS: dict[type[Variant], Callable[[], type[_RunScope]]] = {
+    TorchtitanQwen3: lambda: Qwen3TrnTrainer,
+    BlockwiseMoE: lambda: Qwen3TrnTrainer,
+    TransformersV5: _hf_trainer,
+}
+
 #: each registry class -> its parts; every variant of model.variants.VARIANTS has one
 #: (tests/unit/model/test_variants.py)
 VARIANT_PARTS: dict[type[Variant], VariantParts] = {
-    TorchtitanQwen3: VariantParts(lambda: Qwen3TrnTrainer, (patches.tie_embedding_before_fsdp,)),
-    BlockwiseMoE: VariantParts(lambda: Qwen3TrnTrainer, (patches.tie_embedding_before_fsdp,)),
-    TransformersV5: VariantParts(
-        _hf_trainer,
-        (patches.hf_backend_rope_init, patches.hf_backend_sdpa, patches.keep_transformers_init),
-    ),
+    cls: VariantParts(_TRAINERS[cls], found) for cls, found in VARIANT_PATCHES.items()
 }
 
 
 def variant_parts(variant: Variant) -> VariantParts:
     """The trainer class and patches of ``variant`` (a registry entry)."""
-    parts = VARIANT_PARTS.get(type(variant))
-    if parts is None:
-        raise ConfigError(
-            f"variant {variant.name!r} ({type(variant).__name__}) has no trainer: add its "
-            "class to VARIANT_PARTS in qwen3_trn_helpers/training/trainer.py"
-        )
-    return parts
-
-
-def force_sum_reduction_for_gloo(model_parts: list[torch.nn.Module]) -> int:
-    """Make FSDP2 reduce gradients with SUM, the only reduction gloo offers.
-
-    Why: torchtitan 0.3.0 normalises the loss by the global token count and so sets
-    FSDP's gradient divide factor to 1 (``disable_fsdp_gradient_division``); FSDP2
-    (torch 2.14) then reduce-scatters with ``ReduceOp.PREMUL_SUM(1.0)``, which NCCL (and
-    Neuron's backend) implement and gloo does not ("Cannot use ReduceOp.PREMUL_SUM with
-    Gloo"). FSDP2's public ``set_force_sum_reduction_for_comms`` switches to SUM followed
-    by the same (x1) scaling: identical gradients. Only for CPU runs with more than one
-    rank; a call on the built model, not a patch of anyone's code, and
-    tests/unit/training/test_patches.py fails once gloo or FSDP2 no longer needs it.
-    Returns the FSDP modules changed.
-    """
-    from torch.distributed.fsdp import FSDPModule
-
-    count = 0
-    for part in model_parts:
-        for module in part.modules():
-            if isinstance(module, FSDPModule):
-                module.set_force_sum_reduction_for_comms(True)
-                count += 1
-    return count
+    variant_patches(variant)  # an unknown variant: one line, naming the tables
+    return VARIANT_PARTS[type(variant)]
 
 
 def activation_checkpoint_config(kind: str):

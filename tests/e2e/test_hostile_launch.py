@@ -355,7 +355,7 @@ def test_a_lost_peer_names_its_node(monkeypatch):
     now the node (its rank in the job, host name and address), from gloo's error and
     the nodes the ranks reported at start."""
     from qwen3_trn_helpers.training import ranks
-    from qwen3_trn_helpers.training.trainer import peer_lost_message
+    from qwen3_trn_helpers.training.run_scope import peer_lost_message
 
     gloo = "[gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:35456."
     monkeypatch.setenv("GROUP_RANK", "0")

@@ -277,7 +277,7 @@ def test_sigterm_to_one_node_ends_the_whole_job(tmp_path):
 def test_a_lost_peer_is_recognised():
     import torch.distributed as dist
 
-    from qwen3_trn_helpers.training.trainer import lost_peer
+    from qwen3_trn_helpers.training.run_scope import lost_peer
 
     gloo = "[gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:35456."
     assert lost_peer(RuntimeError(gloo)) and lost_peer(dist.DistNetworkError("timeout"))

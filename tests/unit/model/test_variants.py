@@ -139,7 +139,8 @@ def test_the_registry_holds_every_variant_class_under_its_name():
 def test_training_gives_every_variant_one_trainer_and_its_patches():
     """training/trainer.py's VARIANT_PARTS covers the registry, with patch objects."""
     from qwen3_trn_helpers.training import patches
-    from qwen3_trn_helpers.training.trainer import VARIANT_PARTS, _RunScope, variant_parts
+    from qwen3_trn_helpers.training.run_scope import _RunScope
+    from qwen3_trn_helpers.training.trainer import VARIANT_PARTS, variant_parts
 
     assert set(VARIANT_PARTS) == {type(v) for v in VARIANTS.values()}  # none missing or stale
     for variant in VARIANTS.values():

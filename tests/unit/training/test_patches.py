@@ -226,7 +226,7 @@ def test_tied_embedding_patch_keeps_the_losses(tmp_path):
     assert after == pytest.approx(before, abs=1e-6)
 
 
-# --- several CPU ranks: FSDP's reduction on gloo (training/trainer.py) ------------------
+# --- several CPU ranks: FSDP's reduction on gloo (training/run_scope.py) ---------------
 
 #: one of two gloo ranks: an FSDP2 backward as torchtitan sets it up, without and with
 #: force_sum_reduction_for_gloo, against an unsharded model on both ranks' data
@@ -237,7 +237,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 from torchtitan.distributed.fsdp import disable_fsdp_gradient_division
 
-from qwen3_trn_helpers.training.trainer import force_sum_reduction_for_gloo
+from qwen3_trn_helpers.training.run_scope import force_sum_reduction_for_gloo
 
 rank, world, store = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
@@ -282,7 +282,7 @@ def test_force_sum_reduction_for_gloo_is_still_needed(tmp_path):
     """Two gloo ranks: torchtitan's FSDP setup fails without the switch, and is exact with it.
 
     If the unswitched backward succeeds, gloo has PREMUL_SUM or FSDP2/torchtitan no
-    longer asks for it: delete force_sum_reduction_for_gloo (training/trainer.py).
+    longer asks for it: delete force_sum_reduction_for_gloo (training/run_scope.py).
     """
     script = tmp_path / "rank.py"
     script.write_text(GLOO_RANK)
