@@ -24,24 +24,26 @@ else
 fi
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 MPLBACKEND=Agg
 py="${QWEN3_TRN_VENV:-.venv}/bin/python"
+# Only the suite executes notebooks: the other steps leave nbval out (its import of
+# nbformat and jsonschema costs each pytest process about 2 s of CPU)
 if [ "${1:-}" = "--fast" ]; then
   shift
   paths=()  # test folders or files named first narrow the subset (CI's Python 3.12 step)
   while [ $# -gt 0 ] && [ -e "$1" ]; do paths+=("$1"); shift; done
-  exec "$py" -m pytest "${paths[@]:-tests}" -m "not slow and not site and not install and not long" \
+  exec "$py" -m pytest "${paths[@]:-tests}" -m "not slow and not site and not install and not long" -p no:nbval \
     -n auto --dist loadfile --no-loadscope-reorder --durations=10 "$@"
 fi
 if [ "${1:-}" = "--install" ]; then
   shift
-  exec "$py" -m pytest tests -m install -n auto --dist loadfile --no-loadscope-reorder --durations=5 "$@"
+  exec "$py" -m pytest tests -m install -p no:nbval -n auto --dist loadfile --no-loadscope-reorder --durations=5 "$@"
 fi
 if [ "${1:-}" = "--site" ]; then
   shift
-  exec "$py" -m pytest tests -m site -p no:xdist --durations=5 "$@"
+  exec "$py" -m pytest tests -m site -p no:xdist -p no:nbval --durations=5 "$@"
 fi
 if [ "${1:-}" = "--long" ]; then
   shift
-  exec "$py" -m pytest tests -m long -n auto --dist loadfile --no-loadscope-reorder --durations=10 "$@"
+  exec "$py" -m pytest tests -m long -p no:nbval -n auto --dist loadfile --no-loadscope-reorder --durations=10 "$@"
 fi
 exec "$py" -m pytest tests notebooks --nbval-lax --nbval-current-env \
   -m "not install and not site and not long" \

@@ -337,13 +337,14 @@ def test_a_c4_in_the_working_folder_leaves_trn2_presets_alone(what, tmp_path, mo
 
 
 @pytest.mark.slow
-def test_a_c4_folder_leaves_the_dry_run_alone(tmp_path):
+def test_a_c4_folder_leaves_the_dry_run_alone(tmp_path, monkeypatch, capsys):
+    """(In this process: a child would add only its start.)"""
+    from qwen3_trn_helpers.cli import main
+
     (tmp_path / "c4").mkdir()
-    cmd = [sys.executable, "-m", "qwen3_trn_helpers", "dry-run", "--preset", "4b", "--layers",
-           "1", "--json"]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout)["world_size"] == 64
+    monkeypatch.chdir(tmp_path)
+    assert main(["dry-run", "--preset", "4b", "--layers", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["world_size"] == 64
 
 
 def test_a_preset_default_is_the_dataset_even_where_a_c4_folder_lies(tmp_path, monkeypatch):

@@ -169,7 +169,8 @@ def test_a_passing_runs_temporary_folders_are_not_kept(tmp_path):
     (tmp_path / "root").mkdir()
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:xdist", "-p", "no:cacheprovider",
-         "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tests), str(tests)],
+         "-p", "no:nbval", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tests),
+         str(tests)],
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -180,7 +181,8 @@ def test_a_passing_runs_temporary_folders_are_not_kept(tmp_path):
 
 def test_the_suite_hands_out_its_longest_files_first():
     """conftest.py orders files by tests/file-seconds.json, longest first, and keeps each
-    file's own order (a notebook's cells)."""
+    file's own order (a notebook's cells). (The pytest children here and above leave
+    nbval out: its import costs 2 s of CPU a process, and they collect no notebook.)"""
     table = json.loads((ROOT / "tests" / "file-seconds.json").read_text())["files"]
     assert table["tests/unit/training/test_checkpoint_recovery.py"] > 30  # the table is real
     shorter, longer = sorted(
@@ -189,7 +191,7 @@ def test_the_suite_hands_out_its_longest_files_first():
     )
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist",
-         "-p", "no:cacheprovider", shorter, longer],
+         "-p", "no:cacheprovider", "-p", "no:nbval", shorter, longer],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -198,7 +200,7 @@ def test_the_suite_hands_out_its_longest_files_first():
     assert files == [longer, shorter]
     own_order = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist",
-         "-p", "no:cacheprovider", "--noconftest", longer],
+         "-p", "no:cacheprovider", "-p", "no:nbval", "--noconftest", longer],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert [i for i in ids if i.startswith(longer)] == [

@@ -219,39 +219,35 @@ def test_only_a_damaged_checkpoint_is_still_one_error_line(tmp_path, two_checkpo
     assert "is missing" in err[0]
 
 
-def test_keep_checkpoints_keeps_the_newest(tmp_path):
+def test_keep_checkpoints_keeps_the_newest_and_hashes_shards_as_written(tmp_path, monkeypatch):
     """torchtitan 0.3.0 skips its purge after the last step's save (it kept step-3,
     step-4 and step-5 here); our checkpointer purges there too, and the run returns
-    after torchtitan's purge thread is joined (its close), so nothing is left to wait."""
+    after torchtitan's purge thread is joined (its close), so nothing is left to wait.
+
+    The same five saves hash their shards: every save had read each shard back for its
+    sha256 (48 GB again from FSx for 4B); the hash is now taken from the bytes as they
+    are written, and is the file's."""
+    from qwen3_trn_helpers import checksums
     from qwen3_trn_helpers.training.checkpoint import last_save_skips_purge
 
     assert last_save_skips_purge()  # the gate holds on the pinned torchtitan
-    out = tmp_path / "run"
-    args = ("--steps", "5", "--checkpoint-interval", "1", "--keep-checkpoints", "2")
-    assert train(*args, "--out", str(out)) == 0
-    kept = sorted(p.name for p in (out / "checkpoint").iterdir())
-    assert kept == ["step-4", "step-5"]
-    with pytest.raises(ConfigError, match="--keep-checkpoints 2 or more"):
-        RunSpec(keep_checkpoints=1)
-
-
-def test_a_save_hashes_its_shards_as_it_writes_them(tmp_path, monkeypatch):
-    """Every save had read each shard back for its sha256 (48 GB again from FSx for 4B);
-    the hash is now taken from the bytes as they are written, and is the file's."""
-    from qwen3_trn_helpers import checksums
-
     reads = []
     real = checksums.sha256_of  # the one file hash every module imports when it hashes
     monkeypatch.setattr(checksums, "sha256_of", lambda p: reads.append(p) or real(p))
     out = tmp_path / "run"
-    assert train("--steps", "2", "--checkpoint-interval", "1", "--out", str(out)) == 0
+    args = ("--steps", "5", "--checkpoint-interval", "1", "--keep-checkpoints", "2")
+    assert train(*args, "--out", str(out)) == 0
     assert reads == []  # nothing read back
+    kept = sorted(p.name for p in (out / "checkpoint").iterdir())
+    assert kept == ["step-4", "step-5"]
     shards = sorted((out / "checkpoint").glob("step-*/*.distcp"))
     assert len(shards) == 2
     for shard in shards:
         recorded = (shard.parent / (shard.name + ".sha256")).read_text()
         assert recorded == hashlib.sha256(shard.read_bytes()).hexdigest()
-        assert (shard.parent / "qwen3-trn-settings.json").is_file()
+        assert (shard.parent / SETTINGS).is_file()
+    with pytest.raises(ConfigError, match="--keep-checkpoints 2 or more"):
+        RunSpec(keep_checkpoints=1)
 
 
 def test_asynchronous_checkpoints_are_complete_and_resume(tmp_path):
