@@ -29,6 +29,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 TORCHTITAN_CONFIGS = {
@@ -47,8 +48,10 @@ def torchtitan_steps(steps: int, out: Path, **kwargs) -> list[float]:
     return [m["step_time_s"] for m in result.metrics]
 
 
-def plain_loop_steps(steps: int) -> list[float]:
-    """transformers + torch only, fed the batches torchtitan's dataloader makes."""
+def plain_loop_steps(steps: int, on_step: Callable[[], None] | None = None) -> list[float]:
+    """transformers + torch only, fed the batches torchtitan's dataloader makes.
+
+    ``on_step`` is called after each step (profile_steps.py switches perf on and off)."""
     import torch
     from torchtitan.components.tokenizer import HuggingFaceTokenizer
     from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
@@ -82,6 +85,8 @@ def plain_loop_steps(steps: int) -> list[float]:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         times.append(time.perf_counter() - start)
+        if on_step is not None:
+            on_step()
     return times
 
 

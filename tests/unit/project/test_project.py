@@ -244,7 +244,9 @@ def test_test_processes_freeze_what_collection_left():
     gc.collect() walks only what tests made since (0.42 s a run before)."""
     import gc
 
-    assert gc.get_freeze_count() > 100_000
+    # without the freeze: 0; the whole suite's collection leaves about 600,000 objects,
+    # a subset fewer (`scripts/test.sh --fast tests/unit/project`: about 42,000)
+    assert gc.get_freeze_count() > 10_000
 
 
 def test_a_test_that_imported_much_is_followed_by_another_freeze():
