@@ -3,7 +3,7 @@
 # CI runs exactly this. Independent test files run on all cores (pytest-xdist; a
 # notebook's cells stay together in one worker).
 #
-#   scripts/test.sh            # the suite (6.5-9 minutes on 2 cores from a clean clone,
+#   scripts/test.sh            # the suite (6-8.5 minutes on 2 cores from a clean clone,
 #                              #   with the machine's speed; the goal is at most 8)
 #   scripts/test.sh --fast     # the inner loop: tests not marked slow, no notebooks (nor
 #                              #   any install, long or site test, even one not marked slow);
