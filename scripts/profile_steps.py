@@ -32,6 +32,7 @@ from collections import Counter
 from pathlib import Path
 
 CONFIGS = ("native", "plain loop")
+HZ = 999  # perf's sampling frequency, per thread
 
 #: (category, pattern over "dso symbol"); the first match wins
 CATEGORIES = (
@@ -87,21 +88,21 @@ def train_in_child(which: str, steps: int, warmup: int, ctl: str, ack: str) -> N
 
 
 def categories(perf_data: Path) -> Counter[str]:
-    """Sample shares (percent) of ``perf_data`` by category."""
+    """Samples of ``perf_data`` by category."""
     report = subprocess.run(
         ["perf", "report", "-i", str(perf_data), "--no-children", "--sort", "dso,sym",
-         "--stdio", "-g", "none"],
+         "--stdio", "-g", "none", "-n"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    shares: Counter[str] = Counter()
-    for line in report.splitlines():
-        m = re.match(r"\s+([\d.]+)%\s+(\[JIT\] tid \d+|\S+)\s+\[.\]\s+(.*)", line)
+    samples: Counter[str] = Counter()
+    for line in report.splitlines():  # "  9.35%   1126  libgomp.so.1  [.] symbol"
+        m = re.match(r"\s+[\d.]+%\s+(\d+)\s+(\[JIT\] tid \d+|\S+)\s+\[.\]\s+(.*)", line)
         if not m:
             continue
         where = f"{m[2]} {m[3]}"
         name = next((c for c, p in CATEGORIES if re.search(p, where)), "other")
-        shares[name] += float(m[1])
-    return shares
+        samples[name] += int(m[1])
+    return samples
 
 
 def profile(which: str, steps: int, warmup: int, folder: Path) -> tuple[float, Counter[str]]:
@@ -112,17 +113,17 @@ def profile(which: str, steps: int, warmup: int, folder: Path) -> tuple[float, C
     child = [sys.executable, __file__, "--child", which, "--steps", str(steps),
              "--warmup", str(warmup), "--ctl", str(ctl), "--ack", str(ack)]  # fmt: skip
     out = subprocess.run(
-        ["perf", "record", "-F", "999", "-D", "-1", "--control", f"fifo:{ctl},{ack}",
+        ["perf", "record", "-F", str(HZ), "-D", "-1", "--control", f"fifo:{ctl},{ack}",
          "-o", str(data), "-q", "--", *child],
         capture_output=True, text=True,
     )  # fmt: skip
     if out.returncode:
         sys.exit(f"{which}: perf record failed ({out.returncode}):\n{out.stderr[-2000:]}")
     step_ms = json.loads(out.stdout.strip().splitlines()[-1])["ms_per_step"]
-    shares = categories(data)
-    total = sum(shares.values()) or 1.0
-    threads = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
-    cpu_ms = Counter({k: v / total * step_ms * threads for k, v in shares.items()})
+    # each sample stands for 1/HZ s of one thread's CPU; the window held the steps
+    # after the warm-up
+    ms_per_sample = 1000 / HZ / (steps - warmup)
+    cpu_ms = Counter({k: n * ms_per_sample for k, n in categories(data).items()})
     return step_ms, cpu_ms
 
 
@@ -134,6 +135,8 @@ def main() -> None:
     parser.add_argument("--ctl", help=argparse.SUPPRESS)
     parser.add_argument("--ack", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if not 0 < args.warmup < args.steps:
+        parser.error("--warmup must be at least 1 and below --steps")
     if args.child:
         return train_in_child(args.child, args.steps, args.warmup, args.ctl, args.ack)
     results = {}
