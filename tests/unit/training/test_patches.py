@@ -237,6 +237,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 from torchtitan.distributed.fsdp import disable_fsdp_gradient_division
 
+from qwen3_trn_helpers.training.ranks import end_process_groups, leave
 from qwen3_trn_helpers.training.run_scope import force_sum_reduction_for_gloo
 
 rank, world, store = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
@@ -271,8 +272,12 @@ out["max_grad_error"] = max(
     (p.grad.full_tensor() - q.grad).abs().max().item()
     for p, q in zip(sharded.parameters(), reference.parameters(), strict=True)
 )
-dist.destroy_process_group()
 print(json.dumps(out))
+# End as the package's ranks end (training/ranks.py ``leave``): FSDP2 keeps gloo's C++
+# threads alive past destroy_process_group, and interpreter shutdown then aborted this
+# rank after it had printed its result (SIGABRT, 1 run in ~30 on a loaded machine; CI).
+end_process_groups()
+leave(0)
 """
 
 
