@@ -2,10 +2,12 @@
 # The course as two static HTML sites from one build, each a folder that opens from
 # disk, offline:
 #
-#   OUT/student/index.html      the notebooks, executed (myst-nb), with their figures and
-#                               self-checks; no answer key, no instructor's kit
-#   OUT/instructor/index.html   the instructor's kit (notebooks/README.md): plans,
-#                               answers, the trn2 day; hand it to instructors only
+#   OUT/student/index.html      the student page (notebooks/README.md) and the notebooks,
+#                               executed (myst-nb), with their figures and self-checks;
+#                               no answer key, no instructor's kit
+#   OUT/instructor/index.html   the instructor's kit (notebooks/INSTRUCTOR.md): plans,
+#                               answers, the trn2 day; hand it to instructors only (not
+#                               built from the student kit, which has no kit)
 #
 #   scripts/build_site.sh            # OUT = build/site
 #   scripts/build_site.sh OUT_DIR
@@ -20,21 +22,25 @@ py="${QWEN3_TRN_VENV:-.venv}/bin/python"
 out="${1:-build/site}"
 src=$(mktemp -d "${TMPDIR:-/tmp}/qwen3-trn-site-src.XXXXXX")
 trap 'rm -rf "$src"' EXIT
-for kind in student instructor; do
+kinds="student instructor"
+[ -f notebooks/INSTRUCTOR.md ] || kinds=student  # the student kit (scripts/student_kit.sh)
+for kind in $kinds; do
   mkdir -p "$src/$kind"
   cp site/conf.py site/mathml.py "$src/$kind/"
   cp -r notebooks/figures "$src/$kind/figures"
 done
 cp site/index.md notebooks/0*.ipynb "$src/student/"
-cp notebooks/README.md "$src/instructor/index.md"
+cp notebooks/README.md "$src/student/course.md"
+[ "$kinds" = student ] || cp notebooks/INSTRUCTOR.md "$src/instructor/index.md"
 # progress bars render as a frozen first frame ("0/46") on a static page: none at all
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 MPLBACKEND=Agg \
   HF_HUB_DISABLE_PROGRESS_BARS=1 TQDM_DISABLE=1 \
   PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 # notebooks start from their own folder, as in JupyterLab and nbval
-for kind in student instructor; do
+for kind in $kinds; do
   QWEN3_TRN_SITE_KIND=$kind "$py" -m sphinx -b html -W --keep-going -q -j "${QWEN3_TRN_SITE_JOBS:-auto}" -d "$src/$kind.doctrees" \
     "$src/$kind" "$out/$kind"
 done
 echo "student site: $out/student/index.html ($(du -sh "$out/student" | cut -f1))"
-echo "instructor's kit: $out/instructor/index.html ($(du -sh "$out/instructor" | cut -f1))"
+[ "$kinds" = student ] || echo "instructor's kit: $out/instructor/index.html" \
+  "($(du -sh "$out/instructor" | cut -f1))"

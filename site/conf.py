@@ -1,7 +1,7 @@
 """Sphinx configuration of the course's two static sites (scripts/build_site.sh).
 
 One build, two sites: the **student** site (the notebooks, executed, with their figures
-and self-checks; no answer key) and the **instructor's kit** (notebooks/README.md: the
+and self-checks; no answer key) and the **instructor's kit** (notebooks/INSTRUCTOR.md: the
 plans, the answers, the trn2 day), each in its own folder, so the answers are never one
 click from what students read. ``QWEN3_TRN_SITE_KIND`` says which this run builds.
 
