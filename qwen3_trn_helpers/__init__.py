@@ -4,13 +4,15 @@
     result = run("native", steps=10)
 
 Importing it is cheap; torch, torchtitan and transformers load when a function needs
-them. The layers, bottom up: ``device``/``assets``/``corpus`` (where we run, the tokenizer,
-the text), ``model/`` (shapes, presets, the three variants), ``training/`` (what
-torchtitan builds: the run spec and plan, the trainer, patches, metrics, memory),
-``runs/`` (how a run executes: in this process or through torchrun, its folder, child
-processes, weights, the dry run, Slurm and Kubernetes jobs), ``planner/`` (the layout
-planner), ``lessons/`` (what the notebooks show), and ``cli``/``config_registry`` at the
-top (tests/unit/project/test_architecture.py holds the order).
+them. Two wings. The course core, bottom up: ``device``/``assets`` (where we run, the
+tokenizer), ``data/`` (the text: corpora, prepared folders, one global sample order),
+``model/`` (shapes, presets, the three variants), ``training/`` (what torchtitan builds:
+the run spec and plan, the trainer, patches, metrics, memory), ``runs/`` (how a run
+executes: in this process or through torchrun, its folder, child processes, weights).
+The cluster tools, ``ops/`` (planner, smoke ladder, Slurm and Kubernetes jobs, fabric
+check, dry run, data prepare, wheelhouse), sit on the core and the core never imports
+them. ``lessons/`` (what the notebooks show) and ``cli``/``config_registry`` are the faces
+on top (tests/core/project/test_architecture.py holds the order).
 """
 
 from __future__ import annotations
@@ -30,21 +32,21 @@ EXPORTS = {
     "blockwise_experts": "model.moe_blockwise",
     "detect_device_type": "device",
     "device_report": "device",
-    "dry_run": "runs.dry_run",
+    "dry_run": "ops.dry_run",
     "ensure_tokenizer": "assets",
     "FIRST_ADDED_ID": "assets",
     "make_random_hf_checkpoint": "model.hf_checkpoint",
     "patches": "training.patches",
     "plan_run": "training.plan",
     "PRESETS": "model.presets",
-    "pytorchjob_manifest": "runs.schedulers",
+    "pytorchjob_manifest": "ops.jobs.kubernetes",
     "QWEN3_ADDED_TOKENS": "assets",
     "RECIPE": "runs.weights",
     "read_metrics": "training.metrics_file",
     "registration_facts": "device",
     "run": "runs.run",
     "RunSpec": "training.spec",
-    "slurm_script": "runs.schedulers",
+    "slurm_script": "ops.jobs.slurm",
     "TINY": "model.shapes",
     "Topology": "trn2",
     "trainer_config": "training.trainer",

@@ -3,7 +3,7 @@
 Pinned wheels and the tokenizer's vocabulary (assets.py), prepared corpora's shards
 (prepared.py), checkpoint shards (training/checkpoint.py) and a workshop wheelhouse's
 manifest (wheelhouse.py) are all checked with it. Standard library only: setup.sh runs
-``python -m qwen3_trn_helpers.wheelhouse`` before the package's dependencies exist.
+``python -m qwen3_trn_helpers.ops.wheelhouse`` before the package's dependencies exist.
 """
 
 from __future__ import annotations

@@ -108,10 +108,3 @@ def doctor_notes(on_trainium: bool) -> Iterator[str]:
             "No Trainium here: the notebooks train the tiny presets on this machine and "
             "explain the trn2 cells; `qwen3-trn dry-run` builds the trn2 layouts on a CPU."
         )
-
-
-def plan_needs_hub(measure: bool, device: str, machine: str | None) -> bool:
-    """Does ``qwen3-trn plan`` download (``--measure`` on trn2 trains its candidates)?"""
-    from .device import as_device
-
-    return measure and as_device(device).is_trn2 and machine in (None, "trn2", "trn2u")

@@ -32,7 +32,7 @@ RUNTIME_OTHER_GIB_PER_LOGICAL_CORE_ASSUMED = 1.0
 PLANNING_HEADROOM = 0.9
 #: NeuronLink-v3 between Trainium2 chips: "provides 1.28 TB/sec bandwidth per device"
 #: (Neuron docs, About Neuron > Architecture > Trainium2, chip components, NeuronLink).
-#: The planner's cost model (planner/cost.py) gives each logical core its share.
+#: The planner's cost model (ops/planner/cost.py) gives each logical core its share.
 NEURONLINK_GB_S_PER_CHIP = 1280.0
 #: EFA of one trn2.48xlarge: 3.2 Tbps of EFAv3 networking (AWS, Amazon EC2 Trn2
 #: instances page, trn2.48xlarge "Network bandwidth"), shared by the node's ranks.

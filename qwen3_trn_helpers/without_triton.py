@@ -22,7 +22,7 @@ ours: ``run()``, the CLI, each launched rank). ``python -m torchtitan.train --mo
 qwen3_trn_helpers`` imports torchtitan *before* our config registry, so there the
 hook must come from a ``.pth`` file that Python's ``site`` runs at start-up:
 ``scripts/setup.sh`` writes :data:`PTH_LINE` into the venv where triton is missing
-(``tests/unit/base/test_without_triton.py`` runs torchtitan's entry point that way).
+(``tests/core/base/test_without_triton.py`` runs torchtitan's entry point that way).
 """
 
 from __future__ import annotations

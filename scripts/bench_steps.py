@@ -58,7 +58,7 @@ def plain_loop_steps(steps: int, on_step: Callable[[], None] | None = None) -> l
     from transformers import AutoModelForCausalLM
 
     from qwen3_trn_helpers.assets import ensure_tokenizer
-    from qwen3_trn_helpers.corpus import dataset_args
+    from qwen3_trn_helpers.data.corpus import dataset_args
     from qwen3_trn_helpers.model.shapes import TINY
 
     torch.manual_seed(0)

@@ -128,7 +128,7 @@ published=""
 if [ -n "$wheelhouse" ]; then
   # offline: check the wheelhouse against its manifest (a missing or changed file, another
   # Python or platform is one line, with the fix) before pip sees it
-  checked=$("$py" -m qwen3_trn_helpers.wheelhouse verify "$wheelhouse") || exit 1
+  checked=$("$py" -m qwen3_trn_helpers.ops.wheelhouse verify "$wheelhouse") || exit 1
   requirement=$(echo "$checked" | sed -n 1p)
   published=$(echo "$checked" | sed -n 2p)
   # what it installs is the wheelhouse's choice, made when it was built
@@ -184,7 +184,7 @@ if [ "$had" != "$want" ] || [ -n "$lacking" ]; then
         "qwen3-trn wheelhouse DIR, with the options in its manifest.json (\"command\")" >&2
       exit 1
     fi
-    "$py" -m qwen3_trn_helpers.wheelhouse install-assets "$wheelhouse"
+    "$py" -m qwen3_trn_helpers.ops.wheelhouse install-assets "$wheelhouse"
   else
     torch_version=$("$py" -c "import importlib.metadata as m; print(m.version('torch'))" \
       2>/dev/null || true)
@@ -215,16 +215,16 @@ print(next(r for r in cpu if re.match(r'torch\s*==', r)).replace(' ', ''))")
     fi
     # The default install (PyPI's torch) goes through uv, pinned and bootstrapped by pip:
     # the same packages in about a third of pip's time, with every pip setting passed on,
-    # or pip where a setting has no uv equivalent (qwen3_trn_helpers/installer.py says
+    # or pip where a setting has no uv equivalent (qwen3_trn_helpers/ops/installer.py says
     # why). uv's cache lives in the venv (unless UV_CACHE_DIR says otherwise): its files
     # are hard-linked into site-packages, so it costs no disk beyond the venv, and
     # rm -rf $VENV removes both. QWEN3_TRN_INSTALLER=pip keeps pip.
     installed_by=""
     if [ -z "$neuron_site" ] && [ -z "$torch_index" ] && [ "${QWEN3_TRN_INSTALLER:-uv}" != pip ]; then
       uv_out=$("$py" -m pip config list 2>/dev/null \
-        | "$py" -m qwen3_trn_helpers.installer uv-options) && uv_status=0 || uv_status=$?
+        | "$py" -m qwen3_trn_helpers.ops.installer uv-options) && uv_status=0 || uv_status=$?
       if [ "$uv_status" = 0 ]; then
-        uv_pin=$("$py" -m qwen3_trn_helpers.installer requirement)
+        uv_pin=$("$py" -m qwen3_trn_helpers.ops.installer requirement)
         uv_args=()
         while IFS= read -r option; do uv_args+=("$option"); done <<< "$uv_out"
         if ! "$py" -m pip install --quiet $nocompile "$uv_pin"; then

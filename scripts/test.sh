@@ -7,7 +7,7 @@
 #                              #   with the machine's speed; the goal is at most 8)
 #   scripts/test.sh --fast     # the inner loop: tests not marked slow, no notebooks (nor
 #                              #   any install, long or site test, even one not marked slow);
-#                              #   `--fast tests/unit/model` narrows it to those paths
+#                              #   `--fast tests/core/model` narrows it to those paths
 #   scripts/test.sh --install  # the workshop wheelhouse: built from the package index,
 #                              #   installed offline into a new venv (CI runs it after)
 #   scripts/test.sh --long     # multi-process and end-to-end checks, compiled-vs-eager runs

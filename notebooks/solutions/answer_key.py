@@ -2,7 +2,7 @@
 
 Every number in the key (notebooks/README.md, "Answers to the predictions and
 exercises") is what a solution computes, formatted here, so the key cannot drift from
-the notebooks: tests/unit/lessons/test_solutions.py renders it and fails when the README holds
+the notebooks: tests/core/lessons/test_solutions.py renders it and fails when the README holds
 anything else. After changing a solution or the memory model, regenerate it:
 
     python notebooks/solutions/answer_key.py          # rewrite the key in the README

@@ -1,4 +1,4 @@
-"""Solutions to the exercises of 00_preflight (tested by tests/unit/lessons/test_solutions.py)."""
+"""Solutions to the exercises of 00_preflight (tested by tests/core/lessons/test_solutions.py)."""
 
 from tokenizers import Tokenizer
 

@@ -1,5 +1,5 @@
 """Solutions to the exercises of 01_device_registration
-(tested by tests/unit/lessons/test_solutions.py)."""
+(tested by tests/core/lessons/test_solutions.py)."""
 
 import torch
 

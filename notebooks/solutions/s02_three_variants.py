@@ -1,5 +1,5 @@
 """Solutions to the exercises of 02_three_variants
-(tested by tests/unit/lessons/test_solutions.py)."""
+(tested by tests/core/lessons/test_solutions.py)."""
 
 from pathlib import Path
 

@@ -1,5 +1,5 @@
 """Solutions to the exercises of 03_ten_step_run
-(tested by tests/unit/lessons/test_solutions.py)."""
+(tested by tests/core/lessons/test_solutions.py)."""
 
 import math
 from pathlib import Path

@@ -1,5 +1,5 @@
 """Solutions to the exercises of 04_scaling_to_trn2
-(tested by tests/unit/lessons/test_solutions.py)."""
+(tested by tests/core/lessons/test_solutions.py)."""
 
 from qwen3_trn_helpers.lessons import torchtitan_command, trn2_plan
 

@@ -1,5 +1,5 @@
 """Solutions to the exercises of 05_several_nodes
-(tested by tests/unit/lessons/test_solutions.py)."""
+(tested by tests/core/lessons/test_solutions.py)."""
 
 from qwen3_trn_helpers.lessons import trn2_plan
 

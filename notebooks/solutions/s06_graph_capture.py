@@ -1,5 +1,5 @@
 """Solutions to the exercises of 06_graph_capture
-(tested by tests/unit/training/test_compile.py)."""
+(tested by tests/core/training/test_compile.py)."""
 
 from pathlib import Path
 

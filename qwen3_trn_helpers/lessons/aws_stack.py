@@ -187,7 +187,7 @@ def reproduce_on_fork(spec, *, python: str | None = None) -> dict:
     both stacks (ours from ``OUT/summary.json`` when ``qwen3-trn reproduce`` has run
     there) next to AWS's 6.54 / 12.43.
     """
-    from ..corpus import dataset_args
+    from ..data.corpus import dataset_args
     from ..device import as_device, resolve_device
     from ..runs.launch import child_environment
     from ..runs.weights import init_folder

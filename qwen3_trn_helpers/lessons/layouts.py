@@ -23,9 +23,10 @@ def planner_anchors(anchors: tuple[tuple[str, int], ...] = ANCHORS) -> list[dict
     node, HSDP), labelled as such rather than as AWS's."""
     from ..errors import ConfigError
     from ..model.presets import get_preset
-    from ..planner.cost import get_machine
-    from ..planner.models import load_model
-    from ..planner.search import evaluate, plan_layouts, why_slower
+    from ..ops.planner.layout import why_slower
+    from ..ops.planner.machines import get_machine
+    from ..ops.planner.models import load_model
+    from ..ops.planner.search import evaluate, plan_layouts
     from ..training.spec import RunSpec
 
     rows = []

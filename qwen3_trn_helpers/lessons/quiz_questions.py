@@ -2,7 +2,7 @@
 (quiz.py: how a self-check is asked and answered).
 
 Each checks one idea its notebook teaches; the reason given is the notebook's own
-(tests/unit/lessons/test_self_check.py keeps every notebook at 3 to 5 questions).
+(tests/core/lessons/test_self_check.py keeps every notebook at 3 to 5 questions).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 CI cannot run the kernels (there is no Trainium machine in CI). The launch itself (what
 is handed to torch-neuronx's NKI wrapper: the grid and every argument) is plain Python
 and tested on a CPU with a recording stand-in for the wrapper
-(``tests/unit/base/test_trn2.py::test_nki_launch_*``); the kernels' results are checked on trn2 by
+(``tests/core/base/test_trn2.py::test_nki_launch_*``); the kernels' results are checked on trn2 by
 the smoke ladder's ``nki_moe_kernel`` rung (``qwen3-trn smoke``), which compares them
 with the PyTorch reference, forward and gradients.
 

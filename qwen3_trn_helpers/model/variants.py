@@ -6,7 +6,7 @@ how to build its torchtitan model spec, and how to get logits from its model for
 parity check. Which trainer runs it and which compatibility patches its model needs
 are training code, above this layer: ``training/trainer.py`` maps each variant class to
 them (``VARIANT_PARTS``). Nothing else in the package compares variant names
-(tests/unit/project/test_architecture.py).
+(tests/core/project/test_architecture.py).
 
 Importing this module is cheap; torchtitan and transformers load when a method needs
 them.

@@ -1,3 +1,4 @@
 """The runs layer: how a planned run executes. In this process or through torchrun, the
-run folder (owner, lock, resume), child processes, weights, the dry run, rendezvous and
-the Slurm and Kubernetes jobs. Above ``training/``; the lessons and the CLI sit on it."""
+run folder (owner, lock, resume), child processes, weights, rendezvous, and the run
+flags of the command line. Above ``training/``; the cluster tools (``ops/``), the lessons
+and the CLI sit on it."""

@@ -161,7 +161,7 @@ def settle_run_folder(
         # that the launcher never reports the steps to be trained again
         keep_steps_before(out / "metrics.jsonl", step + 1)
         return Settled(step)
-    from ..training.global_order import data_position_kept
+    from ..data.global_order import data_position_kept
 
     kept = data_position_kept(out / "checkpoint" / f"step-{step}", plan, echo=share[0] == 0)
     return Settled(step, reshard=not kept)

@@ -77,7 +77,7 @@ def release_freed_memory() -> None:
     A run frees its model, gradients and optimizer state, but glibc keeps freed heap
     pages mapped for reuse, fragmented across threads' arenas: a notebook kernel or
     test worker that trains again and again grows by hundreds of MiB a run (measured:
-    4.1 GiB after tests/unit/model/test_variants.py, 1.0 GiB with a trim after each test) and can
+    4.1 GiB after tests/core/model/test_variants.py, 1.0 GiB with a trim after each test) and can
     be killed for memory it does not use. ``malloc_trim`` returns those pages.
     """
     import gc

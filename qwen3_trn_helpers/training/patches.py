@@ -6,7 +6,7 @@ it. The trainer (training/run_scope.py) enters the ones a run needs when it is b
 leaves them when it is closed, so nothing outlives the run that needed it. Two apply to
 every run (:data:`RUN_PATCHES`); the others belong to a variant, and training/run_scope.py
 says which (``VARIANT_PATCHES``). Each says why it exists and which versions it was
-written for, and ``tests/unit/training/test_patches.py`` checks that each one still is needed (it
+written for, and ``tests/core/training/test_patches.py`` checks that each one still is needed (it
 fails once upstream fixes the problem, so the patch can be deleted) and that it works.
 
 Not patches, so not here: swapping attention and MoE experts goes through torchtitan's
@@ -365,7 +365,7 @@ def tie_embedding_before_fsdp() -> Iterator[None]:
         re-tie (tok_embeddings.weight = lm_head.weight) after model.parallelize and
         before apply_fsdp_to_decoder.
 
-    (Checked here on a CPU with the tiny presets: tests/unit/training/test_patches.py.)
+    (Checked here on a CPU with the tiny presets: tests/core/training/test_patches.py.)
     The transformers backend is not affected by this patch: its
     ``parallelize_hf_transformers`` unties the tables on purpose (a cloned lm_head).
     """

@@ -437,10 +437,10 @@ def plan_run(
     holds), so a bad value fails in one line before anything starts.
     """
     from ..assets import resolve_tokenizer, tokenizer_vocab_size
-    from ..corpus import EMBEDDED, EMBEDDED_PRETRAIN, is_local, read_documents
+    from ..data.corpus import EMBEDDED, EMBEDDED_PRETRAIN, is_local, read_documents
+    from ..data.prepared import check_prepared, is_prepared, refuse_incomplete
     from ..device import resolve
     from ..model.hf_checkpoint import check_hf_checkpoint
-    from ..prepared import check_prepared, is_prepared, refuse_incomplete
 
     here = device_type is None
     device = resolve(spec.device) if here else as_device(device_type)

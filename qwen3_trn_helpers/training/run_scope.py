@@ -39,7 +39,7 @@ from .plan import Plan
 from .stopping import StopRequest
 
 #: each registry class -> the patches its model needs; every variant of
-#: model.variants.VARIANTS has an entry (tests/unit/model/test_variants.py). The
+#: model.variants.VARIANTS has an entry (tests/core/model/test_variants.py). The
 #: run-wide patches (``patches.RUN_PATCHES``) come on top.
 VARIANT_PATCHES: dict[type[Variant], tuple[Patch, ...]] = {
     TorchtitanQwen3: (patches.tie_embedding_before_fsdp,),
@@ -245,7 +245,7 @@ def force_sum_reduction_for_gloo(model_parts: list[torch.nn.Module]) -> int:
     Gloo"). FSDP2's public ``set_force_sum_reduction_for_comms`` switches to SUM followed
     by the same (x1) scaling: identical gradients. Only for CPU runs with more than one
     rank; a call on the built model, not a patch of anyone's code, and
-    tests/unit/training/test_patches.py fails once gloo or FSDP2 no longer needs it.
+    tests/core/training/test_patches.py fails once gloo or FSDP2 no longer needs it.
     Returns the FSDP modules changed.
     """
     from torch.distributed.fsdp import FSDPModule

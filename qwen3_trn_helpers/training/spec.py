@@ -223,7 +223,7 @@ class RunSpec:
         (whose checkpoint loader accepts absolute paths only) and run.json then all
         mean the same files, whatever their working directory.
         """
-        from ..corpus import EMBEDDED, EMBEDDED_PRETRAIN
+        from ..data.corpus import EMBEDDED, EMBEDDED_PRETRAIN
 
         def absolute(value: str | None) -> str | None:
             if not value or not str(value).strip():  # empty: validate() names it

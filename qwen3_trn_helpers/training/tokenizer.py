@@ -13,7 +13,7 @@ class, whose ``Tokenizer`` is the process's one parse of the file
 (:func:`~qwen3_trn_helpers.assets.load_tokenizer`, re-read when tokenizer.json changes).
 torchtitan's only change to the parsed object is adding the special tokens
 tokenizer_config.json names where they are missing; Qwen3's are all there, so the
-object stays as a fresh load leaves it (tests/unit/training/test_tokenizer.py). Where a
+object stays as a fresh load leaves it (tests/core/training/test_tokenizer.py). Where a
 folder's tokenizer_config.json changed since its tokenizer was handed out (real path,
 inode, size, modification time), the run parses afresh, as torchtitan would.
 """

@@ -104,7 +104,7 @@ _TRAINERS: dict[type[Variant], Callable[[], type[_RunScope]]] = {
 }
 
 #: each registry class -> its parts; every variant of model.variants.VARIANTS has one
-#: (tests/unit/model/test_variants.py)
+#: (tests/core/model/test_variants.py)
 VARIANT_PARTS: dict[type[Variant], VariantParts] = {
     cls: VariantParts(_TRAINERS[cls], found) for cls, found in VARIANT_PATCHES.items()
 }
@@ -138,7 +138,7 @@ def trainer_config(
     whole, for what the nodes compare); the first weights load from ``plan.init_dir``
     (published weights: once ``runs/weights.with_init_weights`` put their folder there).
 
-    ``comm_mode="fake_backend"`` is torchtitan's dry-run mode (runs/dry_run.py);
+    ``comm_mode="fake_backend"`` is torchtitan's dry-run mode (ops/dry_run.py);
     ``metrics_file=""`` writes no metrics.jsonl. ``skip_dataloader_state`` resumes
     without the checkpoint's data position, where it cannot load
     (``global_order.data_position_kept``: torchtitan's per-rank state of a streamed
@@ -152,10 +152,10 @@ def trainer_config(
     from torchtitan.config.override import OverrideConfig
 
     from ..assets import ensure_tokenizer
-    from ..corpus import dataset_args
+    from ..data.corpus import dataset_args
+    from ..data.global_order import loader_for
     from .checkpoint import Qwen3TrnCheckpointManager
     from .compile import compile_config
-    from .global_order import loader_for
     from .metrics import Qwen3TrnMetrics
 
     if plan.init.pending:

@@ -1,4 +1,4 @@
-"""The fabric check (runs/fabric.py): bus bandwidth as nccl-tests define it, one figure
+"""The fabric check (ops/fabric.py): bus bandwidth as nccl-tests define it, one figure
 per node from the node pairs, a floor that fails a slow node; nccom-test's output read.
 The long test runs the check for real: three torchrun agents on this machine (every
 rank of every node on gloo), one of them slowed, which alone fails."""
@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from qwen3_trn_helpers.runs import fabric
-from qwen3_trn_helpers.runs.fabric import (
+from qwen3_trn_helpers.ops import fabric
+from qwen3_trn_helpers.ops.fabric import (
     bus_bandwidth,
     default_floor_gb_s,
     nccom_main,
@@ -116,7 +116,7 @@ def test_every_rank_of_three_nodes_and_the_slow_node_fails(tmp_path):
     """Three torchrun agents (nodes) of 2 ranks each run the collectives rung through
     the command the Slurm script runs: all 6 ranks join, each node prints its bus
     bandwidth, and node 2, slowed, fails against a floor between the two speeds."""
-    from qwen3_trn_helpers.smoke import _command, _rungs
+    from qwen3_trn_helpers.ops.smoke import _command, _rungs
 
     rung = next(r for r in _rungs(full_size=False) if r.name == "collectives")
     hooks = tmp_path / "hooks"

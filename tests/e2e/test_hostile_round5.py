@@ -348,7 +348,7 @@ def test_a_c4_folder_leaves_the_dry_run_alone(tmp_path, monkeypatch, capsys):
 
 
 def test_a_preset_default_is_the_dataset_even_where_a_c4_folder_lies(tmp_path, monkeypatch):
-    from qwen3_trn_helpers.corpus import dataset_args
+    from qwen3_trn_helpers.data.corpus import dataset_args
     from qwen3_trn_helpers.training.plan import plan_run
     from qwen3_trn_helpers.training.spec import RunSpec
 
@@ -437,7 +437,7 @@ def test_pod_paths_are_not_looked_for_here(capsys):
 def _wheelhouse(tmp_path: Path) -> tuple[Path, dict]:
     """A small but complete wheelhouse for this machine and Python (no pip: one fake
     wheel and one asset, each with its true size and sha256)."""
-    from qwen3_trn_helpers import wheelhouse as wh
+    from qwen3_trn_helpers.ops import wheelhouse as wh
 
     house = tmp_path / "house"
     (house / "wheels").mkdir(parents=True)
@@ -464,7 +464,7 @@ def _wheelhouse(tmp_path: Path) -> tuple[Path, dict]:
 def _verify(house: Path) -> subprocess.CompletedProcess:
     """What setup.sh runs, in a fresh interpreter."""
     return subprocess.run(
-        [sys.executable, "-m", "qwen3_trn_helpers.wheelhouse", "verify", str(house)],
+        [sys.executable, "-m", "qwen3_trn_helpers.ops.wheelhouse", "verify", str(house)],
         capture_output=True, text=True,
     )  # fmt: skip
 
@@ -531,7 +531,7 @@ def test_a_manifest_that_is_not_an_object_is_one_line(tmp_path):
 def test_a_link_in_the_wheelhouse_is_refused(where, tmp_path, monkeypatch):
     """An asset that was a link to any readable file passed verify (its checksum is
     the target's)."""
-    from qwen3_trn_helpers import wheelhouse as wh
+    from qwen3_trn_helpers.ops import wheelhouse as wh
 
     monkeypatch.setenv("QWEN3_TRN_CACHE", str(tmp_path / "cache"))
     house, manifest = _wheelhouse(tmp_path)

@@ -40,7 +40,7 @@ def _ladder(tmp_path: Path, env: dict[str, str], rungs: list[str]) -> dict[str, 
     would have torch-neuronx), its rungs by name from smoke.json."""
     out = tmp_path / "smoke"
     code = (
-        "import sys; from qwen3_trn_helpers.smoke import run_ladder; "
+        "import sys; from qwen3_trn_helpers.ops.smoke import run_ladder; "
         "run_ladder(sys.argv[1], full=False, only=sys.argv[2:])"
     )
     proc = subprocess.run(

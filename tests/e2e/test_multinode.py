@@ -16,14 +16,14 @@ import pytest
 
 from qwen3_trn_helpers.cli import main
 from qwen3_trn_helpers.errors import ConfigError
-from qwen3_trn_helpers.runs import rendezvous
-from qwen3_trn_helpers.runs.schedulers import (
-    TRN2_NODE_ENV,
+from qwen3_trn_helpers.ops.jobs.common import TRN2_NODE_ENV
+from qwen3_trn_helpers.ops.jobs.kubernetes import (
     TRN2_POD_ENV,
     pytorchjob_manifest,
-    slurm_script,
     trainjob_manifests,
 )
+from qwen3_trn_helpers.ops.jobs.slurm import slurm_script
+from qwen3_trn_helpers.runs import rendezvous
 from qwen3_trn_helpers.training.metrics_file import read_metrics
 from qwen3_trn_helpers.training.plan import plan_run
 from qwen3_trn_helpers.training.ranks import free_port, version_mismatch
@@ -304,7 +304,7 @@ def test_a_node_that_never_joins_is_named(tmp_path):
 @pytest.mark.long
 def test_resume_on_another_rank_count(tmp_path):
     """Saved by 2 ranks, resumed by 1 (a node lost): model and optimizer reshard, and
-    the data goes on (tests/unit/training/test_global_order.py compares the samples)."""
+    the data goes on (tests/core/data/test_global_order.py compares the samples)."""
     out = str(tmp_path / "run")
     saves = ("--checkpoint-interval", "2", "--out", out)
     first = subprocess.run(

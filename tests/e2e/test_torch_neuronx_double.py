@@ -20,9 +20,10 @@ import pytest
 from fake_torch_neuronx import RULES, sysfs
 from fake_torch_neuronx.install import NODE_ADDR_VAR, install
 
-from qwen3_trn_helpers import smoke
 from qwen3_trn_helpers.errors import ConfigError
-from qwen3_trn_helpers.runs.schedulers import slurm_script, trainjob_manifests
+from qwen3_trn_helpers.ops import smoke
+from qwen3_trn_helpers.ops.jobs.kubernetes import trainjob_manifests
+from qwen3_trn_helpers.ops.jobs.slurm import slurm_script
 from qwen3_trn_helpers.training.spec import RunSpec
 
 ROOT = Path(__file__).resolve().parents[2]

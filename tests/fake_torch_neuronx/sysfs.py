@@ -1,4 +1,4 @@
-"""The Neuron driver's sysfs tree, under a fake root: what smoke/device_memory.py reads.
+"""The Neuron driver's sysfs tree, under a fake root: what ops/smoke/device_memory.py reads.
 
 Layout (aws-neuron-driver ``neuron_sysfs_metrics.c``, driver 2.24/2.28; Neuron sysfs
 user guide): ``devices/virtual/neuron_device/neuron{d}/neuron_core{c}/stats/
