@@ -87,3 +87,11 @@ def test_the_student_page_holds_no_answer():
                    "slots for 512 token-expert pairs"):  # fmt: skip
         assert secret not in page, secret
     assert len(page.splitlines()) <= 150
+
+
+def test_the_readmes_reading_minutes_are_the_kits():
+    readme = (ROOT / "README.md").read_text()
+    for stem, r in cp.notebooks().items():
+        row = re.search(rf"^\| `{stem}` \|.*\| ([\d.]+) \| [\d.]+ \|$", readme, re.M)
+        assert row, f"README.md's course table has no row for {stem}"
+        assert float(row[1]) == round(r.minutes(), 1), f"{stem}: copy the kit's reading table"
