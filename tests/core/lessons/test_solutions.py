@@ -152,3 +152,18 @@ def test_answer_key_comparison_catches_a_stale_number():
     assert not key.differences("| 04 | total 9.96, 6.04 GiB |", "| 04 | total 9.96, 6.04 GiB |")
     assert key.differences("| 04 | total 8.8, 4.9 GiB |", "| 04 | total 9.96, 6.04 GiB |")
     assert key.differences("| 03 | the random one |", "| 03 | the pretrained one |")
+
+
+def test_no_notebook_prints_an_exercise_answer():
+    """05's exercise 2 was answered in the notebook itself, under the question; its
+    answer is now its solution's and the key's, as every other exercise's."""
+    import json
+
+    nb = json.loads((SOLUTIONS.parent / "05_several_nodes.ipynb").read_text())
+    exercises = next(
+        "".join(c["source"]) for c in nb["cells"] if "".join(c["source"]).startswith("## Exercises")
+    )
+    for answer in ("750", "150 steps", "20 times", "49"):
+        assert answer not in exercises, answer
+    key = (SOLUTIONS.parent / "INSTRUCTOR.md").read_text()
+    assert "| 05 | ex 2: a job that dies at step 900 | it resumes after step 750" in key
