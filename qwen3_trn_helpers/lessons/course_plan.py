@@ -65,7 +65,7 @@ class Block:
 
 
 @dataclass(frozen=True)
-class Plan:
+class ClassPlan:
     name: str
     length: int  # minutes
     least_questions: int
@@ -76,7 +76,7 @@ class Plan:
 
 NB = Block
 PLANS = (
-    Plan(
+    ClassPlan(
         "2-hour",
         120,
         10,
@@ -92,7 +92,7 @@ PLANS = (
         before=("00_preflight",),
         after=("05_several_nodes", "06_graph_capture"),
     ),
-    Plan(
+    ClassPlan(
         "3-hour",
         180,
         15,
@@ -109,7 +109,7 @@ PLANS = (
         ),
         after=("06_graph_capture",),
     ),
-    Plan(
+    ClassPlan(
         "1-day",
         420,
         30,
@@ -200,7 +200,7 @@ def exercise_minutes(block: Block) -> int:
     return sum(longer.get(e, EXERCISE_MINUTES) for e in block.exercises)
 
 
-def slots(plan: Plan, books: dict[str, Reading] | None = None) -> list[Slot]:
+def slots(plan: ClassPlan, books: dict[str, Reading] | None = None) -> list[Slot]:
     """The plan laid out: each notebook's slot its need rounded up, fixed blocks as
     given, and the questions block without a length taking what is left."""
     books = books or notebooks()
@@ -228,7 +228,7 @@ def slots(plan: Plan, books: dict[str, Reading] | None = None) -> list[Slot]:
     return out
 
 
-def questions_minutes(plan: Plan, books: dict[str, Reading] | None = None) -> int:
+def questions_minutes(plan: ClassPlan, books: dict[str, Reading] | None = None) -> int:
     return sum(s.minutes for s in slots(plan, books) if s.block.what == "questions")
 
 
@@ -252,7 +252,7 @@ def _join(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
-def in_class(stem: str, plan: Plan, books: dict[str, Reading] | None = None) -> str:
+def in_class(stem: str, plan: ClassPlan, books: dict[str, Reading] | None = None) -> str:
     """What a plan gives notebook ``stem``: "23 minutes, exercise 1", or homework."""
     for s in slots(plan, books):
         if s.block.what == stem:
@@ -277,7 +277,7 @@ def _clock(minutes: int) -> str:
     return f"{minutes // 60}:{minutes % 60:02d}"
 
 
-def plan_table(plan: Plan, books: dict[str, Reading] | None = None) -> str:
+def plan_table(plan: ClassPlan, books: dict[str, Reading] | None = None) -> str:
     """The instructor's table of one plan (Markdown)."""
     head = (
         "| time | block | in class | reading, 130-150 wpm (min) | instructor (min) | "
@@ -336,9 +336,10 @@ def sections(books: dict[str, Reading] | None = None) -> dict[Path, dict[str, st
     from .trn2_day import instance_hours_table
 
     books = books or notebooks()
+    lengths = {p.name: p.length for p in PLANS}
     kit = {"reading": reading_table(books)}
     kit.update({f"{p.name} plan": plan_table(p, books) for p in PLANS})
-    kit["trn2 hours"] = instance_hours_table()
+    kit["trn2 hours"] = instance_hours_table(lengths, NOTEBOOKS)
     return {KIT: kit, STUDENT_PAGE: {"class plans": student_table(books)}}
 
 

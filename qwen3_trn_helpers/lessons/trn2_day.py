@@ -9,7 +9,8 @@ this course has been timed on a trn2 yet, so every number here says what it is:
   and run times the notebooks' text reasons about, not from a clock;
 * an **allowance**: time set aside for what the package does not time (setup's install
   and the 8 GB download depend on the instance's network);
-* a **plan**: a class lasts as long as its plan (course_plan.py).
+* a **plan**: a class lasts as long as its plan (course_plan.py, which writes this
+  module's table into the kit).
 
 The rate is not in the package: AWS states it per region, and the instructor's kit
 (notebooks/INSTRUCTOR.md, "The trn2 day") says where. Multiply it by these hours.
@@ -20,7 +21,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 #: what setup's install, the assets and the 4B's download may take on the instance
 #: (not timed on a trn2: an allowance, hours)
@@ -45,12 +48,10 @@ def ladder_limit_hours(full_size: bool) -> float:
     return sum(r.timeout_s for r in _rungs(full_size)) / 3600
 
 
-def notebook_trn2_minutes() -> dict[str, float]:
+def notebook_trn2_minutes(folder: Path) -> dict[str, float]:
     """Each notebook header's expected time on trn2, in minutes ("under a minute" is 1)."""
-    from .course_plan import NOTEBOOKS
-
     out = {}
-    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+    for path in sorted(folder.glob("[0-9][0-9]_*.ipynb")):
         header = "".join(json.loads(path.read_text())["cells"][0]["source"])
         row = next(line for line in header.splitlines() if line.startswith("| Expected time"))
         trn2 = row.strip("|").split("|")[2]
@@ -64,10 +65,10 @@ def notebook_trn2_minutes() -> dict[str, float]:
     return out
 
 
-def rehearsal() -> list[Part]:
+def rehearsal(notebooks: Path) -> list[Part]:
     """The day before: setup, the whole ladder (the 64-rank rung included), and every
-    notebook run once."""
-    minutes = notebook_trn2_minutes()
+    notebook (in folder ``notebooks``) run once."""
+    minutes = notebook_trn2_minutes(notebooks)
     return [
         Part("setup.sh, assets --published, assets --download 4b", SETUP_ALLOWANCE_H,
              "allowance", "not timed on a trn2 (the network sets the download's time)"),
@@ -79,26 +80,23 @@ def rehearsal() -> list[Part]:
     ]  # fmt: skip
 
 
-def class_day(plan_name: str) -> list[Part]:
-    """A class of one plan: the hour before it, and the plan itself."""
-    from .course_plan import PLANS
-
-    plan = next(p for p in PLANS if p.name == plan_name)
+def class_day(plan_name: str, minutes: int) -> list[Part]:
+    """A class of one plan (``minutes`` long): the half hour before it, and the plan."""
     return [
         Part("before the class: boot, free cores, 03's 64-rank runs", BEFORE_CLASS_H,
              "allowance", "03's header: about 15 minutes for its two 64-rank runs"),
-        Part(f"the {plan_name} workshop", plan.length / 60, "plan",
+        Part(f"the {plan_name} workshop", minutes / 60, "plan",
              "notebooks/INSTRUCTOR.md, the plan's table"),
     ]  # fmt: skip
 
 
-def instance_hours_table() -> str:
+def instance_hours_table(plans: Mapping[str, int], notebooks: Path) -> str:
     """The kit's table: each part, its hours and what kind of number it is; the rehearsal
-    and each plan's class summed and rounded up to the hour (what to book)."""
-    from .course_plan import PLANS
-
+    and each plan's class (``plans``: name -> minutes) summed and rounded up to the hour
+    (what to book)."""
     rows = ["| for | part | hours | kind | from |", "|---|---|---|---|---|"]
-    books = [("rehearsal", rehearsal())] + [(f"{p.name} class", class_day(p.name)) for p in PLANS]
+    books = [("rehearsal", rehearsal(notebooks))]
+    books += [(f"{name} class", class_day(name, minutes)) for name, minutes in plans.items()]
     for name, parts in books:
         for part in parts:
             rows.append(f"| {name} | {part.what} | {part.hours:.2f} | {part.kind} | "

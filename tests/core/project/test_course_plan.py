@@ -95,3 +95,21 @@ def test_the_readmes_reading_minutes_are_the_kits():
         row = re.search(rf"^\| `{stem}` \|.*\| ([\d.]+) \| [\d.]+ \|$", readme, re.M)
         assert row, f"README.md's course table has no row for {stem}"
         assert float(row[1]) == round(r.minutes(), 1), f"{stem}: copy the kit's reading table"
+
+
+def test_the_trn2_day_counts_limits_estimates_and_plans():
+    """The kit's instance-hours: the ladder's timeouts (limits), the headers' trn2 times
+    (estimates), allowances and plans, each labelled; nothing claims a measurement."""
+    from qwen3_trn_helpers.lessons import trn2_day
+    from qwen3_trn_helpers.ops.smoke.ladder import _rungs
+
+    minutes = trn2_day.notebook_trn2_minutes(cp.NOTEBOOKS)
+    assert list(minutes) == [p.stem for p in NOTEBOOKS] and minutes["03_ten_step_run"] == 15
+    parts = trn2_day.rehearsal(cp.NOTEBOOKS)
+    assert [p.kind for p in parts] == ["allowance", "limit", "estimate"]
+    assert parts[1].hours == sum(r.timeout_s for r in _rungs(True)) / 3600
+    assert parts[2].hours == sum(minutes.values()) / 60
+    assert sum(p.hours for p in trn2_day.class_day("1-day", 420)) == 7.5
+    table = trn2_day.instance_hours_table({"2-hour": 120}, cp.NOTEBOOKS)
+    assert "| **2-hour class** | **in all** | **2.50** | | book 3 instance-hours |" in table
+    assert "measured" not in table
