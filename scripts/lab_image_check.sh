@@ -32,7 +32,10 @@ fi
 status=0
 for nb in "${notebooks[@]}"; do
   start=$(date +%s)
-  if buildah run --isolation chroot --network host "$ctr" -- \
+  # (--hostname localhost: Docker writes a container's own name into its /etc/hosts,
+  # buildah's chroot does not, and torchrun's rendezvous, notebook 04's 2-rank run,
+  # connects to this host by its name)
+  if buildah run --isolation chroot --network host --hostname localhost "$ctr" -- \
       jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=1800 \
       --output-dir /tmp/executed "notebooks/$nb" > "$out/${nb%.ipynb}.log" 2>&1; then
     result=pass
