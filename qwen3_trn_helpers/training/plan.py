@@ -296,11 +296,6 @@ def layout_reason(preset: Preset, nnodes: int) -> str:
     return why
 
 
-def default_attention(device: Device | str) -> str:
-    """Plain causal on trn2 (AWS's choice), FlexAttention on CUDA, document-masked SDPA on CPU."""
-    return as_device(device).default_attention
-
-
 def on_trn2(spec: RunSpec) -> RunSpec:
     """``spec`` as a trn2.48xlarge runs it: the named preset (else the variant's
     full-size one) on that preset's ranks per node, unless ``nproc`` names them.

@@ -51,7 +51,6 @@ HYPERPOD_MAX_RETRY = "sagemaker.amazonaws.com/job-max-retry-count"
 HYPERPOD_HEALTH = {"sagemaker.amazonaws.com/node-health-status": "Schedulable"}
 HYPERPOD_INSTANCE_TYPE = "ml.trn2.48xlarge"
 HYPERPOD_NAMESPACE = "kubeflow"
-HYPERPOD_OPERATOR_VERSIONS = ("1.7.0", "1.8.0", "1.8.1")
 #: a replaced node joins after HyperPod's health checks: AWS's HyperPod guide has
 #: torchrun wait 1800 s for the rendezvous (--rdzv-conf=timeout=1800) for that reason
 HYPERPOD_RDZV_TIMEOUT_S = 1800
