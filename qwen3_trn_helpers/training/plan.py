@@ -17,7 +17,6 @@ Cheap to import: no torch.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from ..model.presets import PRESETS, Layout, Preset
 from ..model.shapes import Qwen3Shape
 from ..model.variants import VARIANTS, Variant
 from ..trn2 import PLANNING_HEADROOM
+from .ranks import rank_place
 from .spec import RunSpec
 
 
@@ -360,15 +360,6 @@ def available_memory_gib() -> float | None:
     return None
 
 
-def _torchrun_world() -> tuple[int, int] | None:
-    """(ranks per node, nodes) as torchrun told this process, or None if it did not."""
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        return None
-    world = int(os.environ["WORLD_SIZE"])
-    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    return per_node, max(world // per_node, 1)
-
-
 def check_launch(
     spec: RunSpec,
     device: Device,
@@ -445,7 +436,7 @@ def plan_run(
             "--checkpoint-async async_with_pinned_mem stages checkpoints in CUDA's pinned "
             f"memory, which a {device.type} run has none of: pass --checkpoint-async async"
         )
-    launched = _torchrun_world() if here else None  # a rank torchrun started
+    launched = rank_place().torchrun_world if here else None  # a rank torchrun started
     nproc, nnodes = launched or (spec.nproc, spec.nnodes)
 
     folder_shape = None

@@ -338,3 +338,29 @@ def test_no_export_is_shadowed_by_a_submodule_of_its_name():
             if name in submodules and not where.endswith(name)
         }
         assert not clashes, f"{module}: {clashes} are also submodule names"
+
+
+#: torchrun's rank variables: read by training/ranks.py's rank_place alone
+RANK_VARIABLES = {
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+}  # fmt: skip
+
+
+def test_the_rank_environment_is_read_in_one_place():
+    """Every module asks training/ranks.py's typed reader where it stands in its job;
+    none reads torchrun's variables by name."""
+    for name, tree in modules().items():
+        if name == "qwen3_trn_helpers.training.ranks":
+            continue
+        named = {
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and node.value in RANK_VARIABLES
+        }
+        assert not named, f"{name} reads {sorted(named)} itself: use ranks.rank_place()"
+
+
+def test_the_rank_rule_sees_a_variable_read_by_name():
+    tree = ast.parse('import os\nlocal = int(os.environ.get("LOCAL_RANK", "0"))')
+    named = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)}
+    assert named & RANK_VARIABLES == {"LOCAL_RANK"}
