@@ -142,7 +142,7 @@ def check_compile_cache_first(plan: Plan) -> None:
     from ..training.compile import check_compile_cache, compile_cache_folder, use_package_caches
 
     for step in ("the user's", "the package's"):  # (importing torch._inductor makes it)
-        if step == "the package's" and plan.compile:
+        if step == "the package's" and plan.spec.compile:
             use_package_caches(plan.device)
         cache = compile_cache_folder(plan.device)
         if cache is not None:

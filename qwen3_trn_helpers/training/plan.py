@@ -74,21 +74,13 @@ class Plan:
     moe_block_size: int
     tokenizer_dir: Path | None  # None only in plans resolved for another machine
     neuron_cores: str | None  # the NeuronCores the ranks confine to (a class share's too)
-    # the spec's training values, as the trainer uses them
-    steps: int
-    warmup_steps: int  # at most ``steps``
-    local_batch_size: int
-    global_batch_size: int | None  # None: no gradient accumulation
-    mixed_precision: str
-    seed: int
-    compile: bool
-    spmd_backend: str
-    moe_impl: str
-    tensorboard: bool
-    checkpoint_interval: int | None
-    checkpoint_async: str  # torchtitan's checkpoint.async_mode
-    keep_checkpoints: int  # torchtitan's checkpoint.keep_latest_k
-    export_hf: bool
+    mixed_precision: str  # the spec's, but float32 on a CPU without bf16 matrix products
+    # (the spec's other training values, steps to export_hf, are read from the spec)
+
+    @property
+    def warmup_steps(self) -> int:
+        """The spec's warm-up, at most its ``steps``."""
+        return min(self.spec.warmup_steps, self.spec.steps)
 
     @property
     def device_type(self) -> str:
@@ -157,7 +149,7 @@ class Plan:
         from ..model.variants import TorchtitanQwen3
 
         native = type(self.variant) is TorchtitanQwen3  # (not its MoE subclass)
-        compiled_on_neuron = self.compile and self.device.is_trn2
+        compiled_on_neuron = self.spec.compile and self.device.is_trn2
         fsdp_only = self.tp == 1 and self.dp_replicate == 1
         return "simple_fsdp" if native and compiled_on_neuron and fsdp_only else "fsdp2"
 
@@ -185,7 +177,7 @@ class Plan:
             world=self.world_size // self.dp_replicate,  # each replica shards one copy
             tp=self.tp,
             seq_len=self.seq_len,
-            local_batch=self.local_batch_size,
+            local_batch=self.spec.local_batch_size,
             activation_checkpoint=self.activation_checkpoint,
             loss_chunks=self.loss_chunks,
             scores_materialised=on_neuron and self.attention == "document",
@@ -206,13 +198,13 @@ class Plan:
             "nodes": self.nnodes,
             "layout": str(self.layout),
             "seq len": self.seq_len,
-            "local batch": self.local_batch_size,
+            "local batch": self.spec.local_batch_size,
             "activation checkpointing": self.activation_checkpoint,
             "attention": self.attention,
             "loss chunks": self.loss_chunks,
             "corpus": self.corpus,
             "init": self.spec.init,
-            "steps": self.steps,
+            "steps": self.spec.steps,
             "lr": self.lr,
             # only where it differs from what was asked (a CPU without bf16 matmul)
             **(
@@ -568,20 +560,7 @@ def plan_run(
         moe_block_size=moe_block,
         tokenizer_dir=tokenizer_dir,
         neuron_cores=neuron_cores,
-        steps=spec.steps,
-        warmup_steps=min(spec.warmup_steps, spec.steps),
-        local_batch_size=spec.local_batch_size,
-        global_batch_size=spec.global_batch_size,
         mixed_precision=_mixed_precision_here(spec, device) if here else spec.mixed_precision,
-        seed=spec.seed,
-        compile=spec.compile,
-        spmd_backend=spec.spmd_backend,
-        moe_impl=spec.moe_impl,
-        tensorboard=spec.tensorboard,
-        checkpoint_interval=spec.checkpoint_interval,
-        checkpoint_async=spec.checkpoint_async,
-        keep_checkpoints=spec.keep_checkpoints,
-        export_hf=spec.export_hf,
     )
     # (a CPU's free memory is asked where a run starts: run())
     if device.is_trn2 and not spec.skip_memory_check:
