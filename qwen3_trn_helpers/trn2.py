@@ -110,6 +110,25 @@ def core_slice(text: str, logical_cores: int = TRN2.logical_cores) -> range:
     return range(first, last + 1)
 
 
+def slice_problem(text: str, nproc: int, *, on_trn2: bool, device_type: str) -> str | None:
+    """What is wrong with giving a run's ``nproc`` ranks per node the cores ``text``
+    (``--neuron-cores``) on a ``device_type`` machine, or None: one core a rank, on trn2
+    only. (``text`` is valid: the spec checked it.)"""
+    if not on_trn2:
+        return (
+            f"neuron_cores {text} chooses NeuronCores on a trn2, but this run trains on "
+            f"{device_type!r}; drop --neuron-cores (or run it on trn2)"
+        )
+    cores = core_slice(text)
+    if len(cores) != nproc:
+        return (
+            f"neuron_cores {text} holds {len(cores)} cores but the run starts {nproc} "
+            f"rank(s) per node, one core each: give {cores.start}-{cores.start + nproc - 1} "
+            f"or --nproc {len(cores)}"
+        )
+    return None
+
+
 def rank_visible_core(text: str, local_rank: int) -> str:
     """The ``NEURON_RT_VISIBLE_CORES`` of the rank ``local_rank`` of a run given ``text``.
 
