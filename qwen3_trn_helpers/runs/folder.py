@@ -446,3 +446,22 @@ def write_manifest(
     }
     # beside it, then renamed: a full disk leaves the last run.json whole, never cut
     write_atomically(out / "run.json", strict_json(info, indent=2))
+
+
+def record_stop(out: Path, status: str, steps_completed: int, agent: int | None) -> None:
+    """run.json says a launch's run stopped (``status``: terminated or interrupted) after
+    ``steps_completed`` steps, where it still says ``running``: the ranks were killed in
+    a step, before rank 0 could record the stop. Only on the node whose torchrun
+    (``agent``: this node's torchrun pid) started rank 0."""
+    try:
+        info = json.loads((out / "run.json").read_text())
+    except (OSError, ValueError):
+        return
+    ours = isinstance(info, dict) and info.get("agent") in (None, [socket.gethostname(), agent])
+    if ours and info.get("status") == "running":
+        info.update(status=status, steps_completed=steps_completed)
+        info["stopped"] = (
+            "the ranks were killed in a step, before they could record the stop "
+            "(torchrun's 30 s grace ran out); recorded by the launch"
+        )
+        write_atomically(out / "run.json", strict_json(info, indent=2))

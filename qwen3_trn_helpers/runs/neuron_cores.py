@@ -14,8 +14,8 @@ import sys
 
 from ..errors import ConfigError
 
-# a student's share of a trn2 is read in planning (training/class_share.py); its names
-# stay importable from here, where the launch reads them
+# a student's share of a trn2 is read in planning (training/class_share.py), and the
+# launch takes the cores the plan holds; its names stay importable from here
 from ..training.class_share import CLASS_SLICE_ENV as CLASS_SLICE_ENV
 from ..training.class_share import with_class_slice as with_class_slice
 from ..training.spec import RunSpec
