@@ -390,8 +390,6 @@ def run_tokenizer(
     if source is None and checkpoint is not None and (checkpoint / "tokenizer.json").exists():
         source = str(checkpoint)
     tokenizer_dir = resolve_tokenizer(source)
-    if prepared is not None:  # its ids are this tokenizer's
-        check_same_tokenizer(tokenizer_dir, prepared[1], prepared[0])
     n_tokens = tokenizer_vocab_size(tokenizer_dir)
     if n_tokens > vocab_size:
         raise ConfigError(
@@ -400,6 +398,8 @@ def run_tokenizer(
             "index out of range: use the model's own tokenizer or a model with a larger "
             "vocabulary"
         )
+    if prepared is not None:  # its ids are this tokenizer's
+        check_same_tokenizer(tokenizer_dir, prepared[1], prepared[0])
     return tokenizer_dir
 
 

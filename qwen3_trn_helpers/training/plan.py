@@ -242,17 +242,25 @@ def on_trn2(spec: RunSpec) -> RunSpec:
     )
 
 
-def memory_fit_problem(plan: Plan, free_gib: float | None = None) -> str | None:
+@dataclass(frozen=True)
+class MemoryFit:
+    """What the one memory rule says of a plan on one machine."""
+
+    problem: str | None  # the refusal, with the numbers and the fix (None: it fits)
+    warning: str | None  # it fits a NeuronCore with under 1 GiB to spare (None: room enough)
+
+
+def memory_fit(plan: Plan, free_gib: float | None = None) -> MemoryFit:
     """The one memory rule: what a plan's ranks on one machine need against what it has.
 
-    A NeuronCore may fill ``trn2.PLANNING_HEADROOM`` of its HBM with what the estimate counts;
-    a CPU's ranks on this machine share its free memory (``free_gib``: None where
-    unknown). Returns the refusal, with the numbers and the fix, or None.
+    A NeuronCore may fill ``trn2.PLANNING_HEADROOM`` of its HBM with what the estimate counts
+    (a plan that fits with under 1 GiB to spare gets a warning); a CPU's ranks on this
+    machine share its free memory (``free_gib``: None where unknown).
     """
     memory = plan.memory()
     if plan.device.is_trn2:
         if memory.fits:
-            return None
+            return MemoryFit(None, memory.slack_warning())
         preset = plan.preset
         if preset.world_size > plan.world_size // plan.dp_replicate:
             fix = (
@@ -264,21 +272,28 @@ def memory_fit_problem(plan: Plan, free_gib: float | None = None) -> str | None:
                 "shorten --seq-len or use activation checkpointing, or let `qwen3-trn plan "
                 f"--model {preset.name} --nodes N` find a layout that fits"
             )
-        return (
+        return MemoryFit(
             f"preset {preset.name!r} on {plan.world_size} rank(s) needs about "
             f"{memory.total_gib:.1f} GiB per NeuronCore, more than the "
             f"{memory.usable_gib:.1f} GiB a plan may use ({PLANNING_HEADROOM:.0%} of its "
-            f"{memory.hbm_gib:.0f} GiB): {fix}"
+            f"{memory.hbm_gib:.0f} GiB): {fix}",
+            None,
         )
     if not plan.device.is_cpu or free_gib is None or memory.total_gib * plan.nproc <= free_gib:
-        return None
+        return MemoryFit(None, None)
     need = memory.total_gib * plan.nproc
-    return (
+    return MemoryFit(
         f"preset {plan.preset.name!r} needs about {need:.1f} GiB on this machine "
         f"({plan.nproc} rank(s) x {memory.total_gib:.1f} GiB: weights, gradients, AdamW "
         f"state, activations), more than the {free_gib:.1f} GiB free; train a small preset "
-        "(--preset tiny), or pass --skip-memory-check to try anyway"
+        "(--preset tiny), or pass --skip-memory-check to try anyway",
+        None,
     )
+
+
+def memory_fit_problem(plan: Plan, free_gib: float | None = None) -> str | None:
+    """:func:`memory_fit`'s refusal, with the numbers and the fix, or None."""
+    return memory_fit(plan, free_gib).problem
 
 
 def available_memory_gib() -> float | None:
@@ -328,14 +343,16 @@ def plan_run(
     attention = resolve_attention(spec, device)
     variant = VARIANTS[spec.variant]
     model = resolve_model(spec, variant, device, (nproc, nnodes), shape)
-    # what it reads (hashed once a node: in the launcher, not per rank), with which tokenizer
+    # what it reads (its shards hashed once a node: in the launcher, not in each rank)
     corpus = check_corpus(
         spec.corpus or model.preset.corpus,
         named=spec.corpus is not None,
         hashes=here and launched is None,
     )
-    tokenizer_dir = None
-    if here:  # (another machine's tokenizer is that machine's business)
+    # how this machine computes, and with which tokenizer (another machine's: its business)
+    mixed_precision, tokenizer_dir = spec.mixed_precision, None
+    if here:
+        mixed_precision = mixed_precision_on(device, spec.mixed_precision)
         tokenizer_dir = run_tokenizer(
             spec.tokenizer,
             checkpoint=model.init.folder,
@@ -361,9 +378,7 @@ def plan_run(
         moe_block_size=model.moe_block_size,
         tokenizer_dir=tokenizer_dir,
         neuron_cores=neuron_cores,
-        mixed_precision=mixed_precision_on(device, spec.mixed_precision)
-        if here
-        else spec.mixed_precision,
+        mixed_precision=mixed_precision,
     )
     # (a CPU's free memory is asked where a run starts: run())
     if device.is_trn2 and not spec.skip_memory_check:

@@ -134,8 +134,10 @@ def trainer_config(
 ):
     """The ``Trainer.Config`` for a plan, shaped like torchtitan's registry entries.
 
-    Every run value comes from the plan as planning resolved it (the spec is read only
-    whole, for what the nodes compare); the first weights load from ``plan.init_dir``
+    Every run value comes from the plan: what planning resolved (model, layout, data,
+    device, warm-up), and the training values no machine changes from the spec it holds
+    (``plan.spec``: steps, batch sizes, seed, checkpointing); the first weights load from
+    ``plan.init_dir``
     (published weights: once ``runs/weights.with_init_weights`` put their folder there).
 
     ``comm_mode="fake_backend"`` is torchtitan's dry-run mode (ops/dry_run.py);
@@ -171,6 +173,7 @@ def trainer_config(
     settings = same_on_every_node(plan)
     activation_checkpoint = activation_checkpoint_config(plan.activation_checkpoint)
     compile_ = compile_config(plan.spec.compile, plan.device)
+    timeouts = save_timeouts(plan)  # collectives wait longer than a save takes
     backend = trainer.backend_fields(plan)
     dataset, dataset_path = dataset_args(plan.corpus, streams=plan.corpus_streams)
     loader = loader_for(dataset)  # our corpora: one sample order at any world size
@@ -226,7 +229,7 @@ def trainer_config(
         activation_checkpoint=activation_checkpoint,
         compile=compile_,
         # collectives wait longer than any save of this model takes (training/stopping.py)
-        comm=CommConfig(trace_buf_size=0, mode=comm_mode, **save_timeouts(plan)),
+        comm=CommConfig(trace_buf_size=0, mode=comm_mode, **timeouts),
         debug=DebugConfig(seed=plan.spec.seed),
         override=OverrideConfig(
             imports=variant.overrides(plan.attention, plan.moe_block_size, plan.spec.moe_impl)
