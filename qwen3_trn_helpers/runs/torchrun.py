@@ -28,16 +28,10 @@ from ..training.metrics_file import read_metrics
 from ..training.plan import Plan
 from ..training.spec import RESUME_AUTO, RunSpec
 from .child import ChildResult, run_child, stop_process_group
-from .folder import (
-    Claim,
-    RunResult,
-    claim,
-    latest_checkpoint_step,
-    prepare_out_dir,
-    record_stop,
-)
+from .folder import Claim, RunResult, claim, latest_checkpoint_step, prepare_out_dir
 from .launch import rank_environment, shell_command, torchrun_command
 from .lifeline import launcher_environment, watched
+from .manifest import record_stop
 from .rendezvous import JoinWatch, check_endpoint_reachable_by_all, launch_entry
 from .reporter import Reporter
 
@@ -391,7 +385,7 @@ def finalise_after_stop(out: Path, stop: KeyboardInterrupt, agent: int | None) -
     A rank that gets SIGTERM inside a step (the first compiled step takes minutes on
     trn2) finishes the step before it stops; torchrun kills it 30 s after its own
     SIGTERM, before rank 0 records the stop, and run.json said ``running`` for good.
-    This launch saw the stop, so the folder records it (runs/folder.py ``record_stop``):
+    This launch saw the stop, so run.json records it (runs/manifest.py ``record_stop``):
     ``terminated`` (SIGTERM) or ``interrupted`` (Ctrl-C), the steps metrics.jsonl holds,
     and why. Only the node whose torchrun started rank 0 does (``agent``: this node's
     torchrun pid); the line returned names what the folder holds, for the terminal.
