@@ -66,15 +66,6 @@ class Model:
     moe_block_size: int  # tokens per block of the blockwise MoE experts (0: not blockwise)
 
 
-def check_saving(spec: RunSpec, device: Device) -> None:
-    """A checkpoint staging the device cannot give."""
-    if spec.checkpoint_async == "async_with_pinned_mem" and not device.is_cuda:
-        raise ConfigError(
-            "--checkpoint-async async_with_pinned_mem stages checkpoints in CUDA's pinned "
-            f"memory, which a {device.type} run has none of: pass --checkpoint-async async"
-        )
-
-
 def launch_world(spec: RunSpec, here: bool) -> tuple[int, int, tuple[int, int] | None]:
     """(ranks per node, nodes, torchrun's world): a rank torchrun started takes its world
     from torchrun (then the third), not from the spec."""
@@ -83,26 +74,13 @@ def launch_world(spec: RunSpec, here: bool) -> tuple[int, int, tuple[int, int] |
     return nproc, nnodes, launched
 
 
-def resolve_attention(spec: RunSpec, device: Device) -> str:
-    """The attention a run trains with (``auto``: the device's default), where it runs."""
-    attention = device.default_attention if spec.attention == "auto" else spec.attention
-    if attention == "flex" and not device.is_cuda:
+def check_saving(spec: RunSpec, device: Device) -> None:
+    """A checkpoint staging the device cannot give."""
+    if spec.checkpoint_async == "async_with_pinned_mem" and not device.is_cuda:
         raise ConfigError(
-            f"attention 'flex' (FlexAttention) trains on CUDA only, not {device.type!r}; use "
-            "--attention document or causal"
+            "--checkpoint-async async_with_pinned_mem stages checkpoints in CUDA's pinned "
+            f"memory, which a {device.type} run has none of: pass --checkpoint-async async"
         )
-    if attention == "document" and device.is_trn2 and spec.compile:
-        # compiled document attention builds its mask from the document boundaries,
-        # whose count differs per batch: a symbolic size (or a recompile per count),
-        # and torch-neuronx's backend refuses every graph holding one ("torch-neuronx
-        # requires static shapes": its preprocess_graph; AWS's torch.compile reference
-        # lists dynamic shapes as unsupported)
-        raise ConfigError(
-            "--compile with --attention document cannot compile on neuron (the document "
-            "count is a dynamic shape; torch-neuronx requires static shapes): use "
-            "--attention causal (the trn2 default) or train document attention eagerly"
-        )
-    return attention
 
 
 def check_launch(
@@ -133,6 +111,28 @@ def check_launch(
 
         return with_class_slice(spec.replace(nproc=nproc)).neuron_cores
     return spec.neuron_cores
+
+
+def resolve_attention(spec: RunSpec, device: Device) -> str:
+    """The attention a run trains with (``auto``: the device's default), where it runs."""
+    attention = device.default_attention if spec.attention == "auto" else spec.attention
+    if attention == "flex" and not device.is_cuda:
+        raise ConfigError(
+            f"attention 'flex' (FlexAttention) trains on CUDA only, not {device.type!r}; use "
+            "--attention document or causal"
+        )
+    if attention == "document" and device.is_trn2 and spec.compile:
+        # compiled document attention builds its mask from the document boundaries,
+        # whose count differs per batch: a symbolic size (or a recompile per count),
+        # and torch-neuronx's backend refuses every graph holding one ("torch-neuronx
+        # requires static shapes": its preprocess_graph; AWS's torch.compile reference
+        # lists dynamic shapes as unsupported)
+        raise ConfigError(
+            "--compile with --attention document cannot compile on neuron (the document "
+            "count is a dynamic shape; torch-neuronx requires static shapes): use "
+            "--attention causal (the trn2 default) or train document attention eagerly"
+        )
+    return attention
 
 
 def resolve_model(
