@@ -4,11 +4,11 @@ fix.
 
 plan_run reads top-down: where the ranks run (:func:`launch_world`; the device, and
 the cores a ``--neuron-cores`` slice gives them, from the layers below), what a run of
-them needs (:func:`check_saving`, :func:`check_launch`, :func:`resolve_attention`,
-which model it trains and how it is laid out
-(:func:`resolve_model`, which asks the model layer: model/choice.py), then what it
-reads and with which tokenizer (data/corpus.py ``check_corpus``, assets.py
-``run_tokenizer``).
+them needs (:func:`check_saving`, :func:`check_launch`, :func:`resolve_attention`),
+which model it trains and how it is laid out (:func:`resolve_model`, which asks the
+model layer: model/choice.py), then what it reads, how this machine computes and with
+which tokenizer (data/corpus.py ``check_corpus``, device.py ``mixed_precision_on``,
+assets.py ``run_tokenizer``).
 
 Cheap to import: no torch.
 """
