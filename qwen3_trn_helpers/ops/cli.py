@@ -12,6 +12,7 @@ from typing import Any
 
 from ..assets import hub_offline
 from ..runs.arguments import EXIT_FAILED, _number, _Parser, add_spec_arguments, spec_from_args
+from .planner.request import add_plan_parser  # noqa: F401 (cli.py's; beside its values)
 
 
 def add_dry_run_parser(sub: Any, debug: argparse.ArgumentParser) -> None:
@@ -219,71 +220,13 @@ def add_data_parser(
                          )  # fmt: skip
 
 
-def add_plan_parser(sub: Any, debug: argparse.ArgumentParser) -> None:
-    """``qwen3-trn plan``: the layout planner's flags (planner/)."""
-    positive = lambda t: _number(int, 1, t)  # noqa: E731
-    plan = sub.add_parser(
-        "plan",
-        parents=[debug],
-        help="which layout for a Qwen3 on N trn2 nodes: every one that fits in memory, "
-        "ranked by an estimated step time, and the command that trains the best",
-    )
-    plan.add_argument("--model", required=True,
-                      help="Qwen3-0.6B, -1.7B, -4B, -8B, -14B, -32B, -30B-A3B, -235B-A22B, "
-                      "a preset name, or a Hugging Face config.json (Qwen3, Qwen3-MoE, "
-                      "Llama, Mixtral)")  # fmt: skip
-    plan.add_argument("--nodes", type=positive, default=1,
-                      help="nodes (instances) of --machine")  # fmt: skip
-    from .planner.machines import MACHINES
-
-    plan.add_argument("--machine", choices=tuple(MACHINES), default=None,
-                      help="what to plan for (default: trn2, or cpu with --device cpu): "
-                      + "; ".join(f"{k}: {v}" for k, v in MACHINES.items()))  # fmt: skip
-    plan.add_argument(
-        "--layout",
-        default=None,
-        help="evaluate this one layout instead of searching: fsdp=N,tp=N,"
-        "dp_replicate=N,cp=1,pp=1,ep=1,ac=none|selective|full,local_batch=N",
-    )
-    plan.add_argument(
-        "--compile",
-        action="store_true",
-        help="estimate a torch.compile'd run (its own fitted efficiency)",
-    )
-    plan.add_argument("--global-batch-tokens", type=positive, default=None,
-                      help="tokens per optimizer step, held fixed (gradient accumulation "
-                      "makes it up; default: one sequence per rank)")  # fmt: skip
-    plan.add_argument("--seq-len", type=positive, default=None,
-                      help="tokens per sequence (default: the preset's)")  # fmt: skip
-    plan.add_argument("--local-batch-size", type=positive, default=None,
-                      help="fix the local batch (default: try 1, 2, 4, 8)")  # fmt: skip
-    plan.add_argument("--device", choices=("neuron", "cpu"), default="neuron",
-                      help="plan for trn2 nodes (default) or for this CPU's ranks "
-                      "(the mechanism, where there is no Trainium)")  # fmt: skip
-    plan.add_argument("--nproc", type=positive, default=None, help="--device cpu: ranks")
-    plan.add_argument("--top", type=positive, default=5, help="rows shown (default 5)")
-    plan.add_argument("--json", action="store_true", help="one JSON object instead of tables")
-    plan.add_argument("--verify", action="store_true",
-                      help="dry-run the best layout at full width with torchtitan's fake "
-                      "backend and compare its sharded state with the estimate")  # fmt: skip
-    plan.add_argument("--verify-layers", type=positive, default=1,
-                      help="blocks the --verify dry run builds (default 1)")  # fmt: skip
-    plan.add_argument("--measure", action="store_true",
-                      help="train the top candidates a few steps on this machine's device "
-                      "and rank them by measured tokens/s")  # fmt: skip
-    plan.add_argument("--measure-top", type=positive, default=2,
-                      help="candidates --measure trains (default 2)")  # fmt: skip
-    plan.add_argument("--steps", type=positive, default=3,
-                      help="steps per measured candidate (default 3; the first warms up)",
-                      )  # fmt: skip
-
-
 def _cmd_plan(args: argparse.Namespace) -> int:
     from .planner.report import plan_command
+    from .planner.request import PlanRequest
 
     on_hub = plan_needs_hub(args.measure, args.device, args.machine)
     args.scope.enter_context(hub_offline(not on_hub))
-    text, ok = plan_command(args)
+    text, ok = plan_command(PlanRequest.from_args(args))
     print(text)
     return 0 if ok else EXIT_FAILED
 

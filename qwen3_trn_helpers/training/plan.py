@@ -26,7 +26,7 @@ from ..errors import ConfigError
 from ..model.presets import PRESETS, Layout, Preset
 from ..model.shapes import Qwen3Shape
 from ..model.variants import VARIANTS, Variant
-from ..trn2 import PLANNING_HEADROOM
+from ..trn2 import RUN_HBM_SHARE
 from .spec import RunSpec
 
 
@@ -317,7 +317,7 @@ def on_trn2(spec: RunSpec) -> RunSpec:
 def memory_fit_problem(plan: Plan, free_gib: float | None = None) -> str | None:
     """The one memory rule: what a plan's ranks on one machine need against what it has.
 
-    A NeuronCore may fill ``trn2.PLANNING_HEADROOM`` of its HBM with what the estimate counts;
+    A NeuronCore may fill ``trn2.RUN_HBM_SHARE`` of its HBM with what the estimate counts;
     a CPU's ranks on this machine share its free memory (``free_gib``: None where
     unknown). Returns the refusal, with the numbers and the fix, or None.
     """
@@ -334,12 +334,12 @@ def memory_fit_problem(plan: Plan, free_gib: float | None = None) -> str | None:
         else:
             fix = (
                 "shorten --seq-len or use activation checkpointing, or let `qwen3-trn plan "
-                f"--model {preset.name} --nodes N` find a layout that fits"
+                f"--model {preset.name} --nnodes N` find a layout that fits"
             )
         return (
             f"preset {preset.name!r} on {plan.world_size} rank(s) needs about "
             f"{memory.total_gib:.1f} GiB per NeuronCore, more than the "
-            f"{memory.usable_gib:.1f} GiB a plan may use ({PLANNING_HEADROOM:.0%} of its "
+            f"{memory.usable_gib:.1f} GiB a plan may use ({RUN_HBM_SHARE:.0%} of its "
             f"{memory.hbm_gib:.0f} GiB): {fix}"
         )
     if not plan.device.is_cpu or free_gib is None or memory.total_gib * plan.nproc <= free_gib:
