@@ -506,3 +506,17 @@ def test_a_planned_global_batch_reaches_the_run():
         plan_run(spec.replace(global_batch_size=17), device_type="neuron")
     best = plan_layouts("Qwen3-8B", 1).best
     assert best.spec.global_batch_size == best.global_batch == 64
+
+
+def test_four_nodes_tie_goes_to_hsdp_and_the_reason_says_where_fsdp_runs():
+    """At 4 nodes and the old default batch (a sequence per rank) FSDP over every node
+    was 2% ahead of HSDP, under the tie band: HSDP goes first, and the reason says where
+    each shards (a replica over 2 nodes is not "FSDP inside" a node)."""
+    result = plan_layouts("Qwen3-4B", 4, global_batch_tokens=256 * 4096)
+    assert result.best.dp_replicate == 4 and result.best.nodes_per_replica == 1
+    assert not any(c.dp_replicate == 1 for c in result.candidates[:2])
+    wide = plan_layouts("Qwen3-8B", 8)
+    reason = wide.runner_up_reason()
+    assert wide.best.dp_replicate == 8 and "ties on the estimate" in reason
+    assert "each sharded inside a node" in reason and "each sharded over 2 nodes" in reason
+    assert "FSDP inside" not in reason
