@@ -122,6 +122,8 @@ def add_k8s_parser(sub: Any, debug: argparse.ArgumentParser) -> argparse.Argumen
 
 def add_job_flags(*jobs: argparse.ArgumentParser) -> None:
     """What every job file's command takes (slurm, k8s)."""
+    from .jobs.saves import add_save_flags
+
     for job in jobs:
         python_default = (
             "this Python" if job.prog.endswith("slurm") else "python on the image's PATH"
@@ -133,6 +135,7 @@ def add_job_flags(*jobs: argparse.ArgumentParser) -> None:
                          help=f"the cluster's Python (default: {python_default})")  # fmt: skip
         # a job file states its length: no silent default of a few steps on a cluster
         job.set_defaults(steps=None)
+        add_save_flags(job)  # its saves sized to it (ops/jobs/saves.py)
         job.add_argument(
             "--allow-hub-corpus",
             action="store_true",
@@ -249,13 +252,20 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
 
 def _job(args: argparse.Namespace, *, pod_paths: bool = False):
     """The job a job file runs, planned for its nodes (runs/jobs.py)."""
+    from ..training.spec import RunSpec
     from .jobs.plan import plan_job, refuse_no_steps
+    from .jobs.saves import SaveRequest
 
     refuse_no_steps(args.steps, args.command)  # (before a spec, which needs a count)
+    saves = SaveRequest.from_args(args)  # what was given; the rest is sized to the job
+    for name in ("checkpoint_interval", "keep_checkpoints", "checkpoint_async"):
+        if getattr(args, name) is None:
+            setattr(args, name, RunSpec.__dataclass_fields__[name].default)
     spec = spec_from_args(args) if not pod_paths else _spec_as_given(args)
     return plan_job(
-        spec, command=args.command, allow_hub_corpus=args.allow_hub_corpus, pod_paths=pod_paths
-    )
+        spec, command=args.command, allow_hub_corpus=args.allow_hub_corpus,
+        pod_paths=pod_paths, saves=saves,
+    )  # fmt: skip
 
 
 def _spec_as_given(args: argparse.Namespace):

@@ -34,6 +34,7 @@ from .common import (
     _local_paths,
     _train_args,
 )
+from .saves import Saves, Storage
 
 #: every trn2 node's setup before the job's steps, as neuronx-distributed-training's
 #: examples/train_setup.sh does it on Slurm: FSx for Lustre's client caps the dirty
@@ -64,6 +65,7 @@ def slurm_script(
     workdir: str | None = None,
     container_image: str | None = None,
     fabric_floor: float | None = None,
+    saves: Saves | None = None,
 ) -> str:
     """An sbatch script that runs ``spec`` on ``spec.nnodes`` nodes and survives.
 
@@ -73,6 +75,8 @@ def slurm_script(
     the cluster's interpreter (its venv), by default this one. Both are written as data.
     ``fabric_floor``: the fabric check's floor in GB/s of bus bandwidth per node
     (ops/fabric.py; by default a share of trn2's EFA on trn2, none on a CPU).
+    ``saves``: how the job's saves were sized (ops/jobs/saves.py), said in its header;
+    the time-limit warning then comes as early as a save at that storage's rate needs.
 
     The first allocated node hosts the rendezvous. Its address is the one slurmctld
     reaches it by (NodeAddr), resolved to an IPv4 address on the node itself; never
@@ -92,7 +96,8 @@ def slurm_script(
     spec = spec.replace(out=os.path.normpath(os.path.join(workdir, spec.out)))
     name = f"qwen3-trn-{spec.variant}".replace("_", "-")
     q = shlex.quote
-    warning = time_limit_warning(spec, on_trn2)
+    warning = time_limit_warning(spec, on_trn2, saves.storage if saves else None)
+    sizing = [f"# {line}" for line in saves.describe()] if saves else []
     lines = [
         "#!/bin/bash",
         f"# qwen3-trn on {spec.nnodes} nodes x {spec.nproc} ranks: one Slurm task per node, "
@@ -106,6 +111,7 @@ def slurm_script(
         "# (preemption, a failed node, the time limit) reruns this same script and goes on.",
         f"# torchrun restarts a node's failed ranks up to {spec.max_restarts} times "
         "(--max-restarts).",
+        *sizing,
         f"#SBATCH --job-name={name}",
         f"#SBATCH --nodes={spec.nnodes}",
         "#SBATCH --ntasks-per-node=1",
@@ -233,6 +239,7 @@ class TimeLimitWarning:
     checkpoint_bytes: int
     write_mb_s: float
     lead_s: int
+    write_source: str = "AWS's sample FSx for Lustre: 1.2 TiB at 250 MB/s/TiB"
 
     def trap_lines(self) -> list[str]:
         """The batch script's USR1 trap: ask every rank to save and stop (the run
@@ -246,8 +253,7 @@ class TimeLimitWarning:
         return [
             f"# the time limit is near (USR1, {self.lead_s} s ahead: the checkpoint is "
             f"~{self.checkpoint_bytes / 1e9:.3g} GB, ~{save_s:.0f} s",
-            f"# to write at {self.write_mb_s:.0f} MB/s, AWS's sample FSx for Lustre: 1.2 "
-            "TiB at 250 MB/s/TiB;",
+            f"# to write at {self.write_mb_s:.0f} MB/s, {self.write_source};",
             "# x1.5, plus 120 s for the step in flight; a faster file system can take less):",
             "# every rank saves its current step and leaves cleanly (the stop file below,",
             "# which rank 0 looks for at each step's end), then the job is requeued",
@@ -268,9 +274,12 @@ class TimeLimitWarning:
         ]
 
 
-def time_limit_warning(spec: RunSpec, on_trn2: bool) -> TimeLimitWarning:
+def time_limit_warning(
+    spec: RunSpec, on_trn2: bool, storage: Storage | None = None
+) -> TimeLimitWarning:
     """The warning ``spec``'s job needs: its model's checkpoint size, planned as the
-    job will run (the preset a trn2 job resolves to), at the sample FSx throughput."""
+    job will run (the preset a trn2 job resolves to), at ``storage``'s write rate (the
+    job's sized saves: ops/jobs/saves.py), else the sample FSx throughput."""
     from ...device import DEVICES, as_device
     from ...training.plan import plan_run
     from ...training.stopping import FSX_SAMPLE_WRITE_MB_S, checkpoint_bytes, signal_lead_s
@@ -279,7 +288,10 @@ def time_limit_warning(spec: RunSpec, on_trn2: bool) -> TimeLimitWarning:
     named = spec.device in DEVICES
     device = as_device(spec.device) if named else DEVICES["neuron" if on_trn2 else "cpu"]
     nbytes = checkpoint_bytes(plan_run(spec, device_type=device).shape.parameter_count())
-    return TimeLimitWarning(nbytes, FSX_SAMPLE_WRITE_MB_S, signal_lead_s(nbytes))
+    if storage is None:
+        return TimeLimitWarning(nbytes, FSX_SAMPLE_WRITE_MB_S, signal_lead_s(nbytes))
+    rate = storage.write_mb_s
+    return TimeLimitWarning(nbytes, rate, signal_lead_s(nbytes, rate), storage.write_source)
 
 
 def _fabric_lines(spec: RunSpec, on_trn2: bool, on_host: bool, floor: float | None) -> list[str]:

@@ -182,6 +182,31 @@ class LayoutPlan:
         """The last of :meth:`commands`: the one that trains."""
         return self.commands(candidate)[-1]
 
+    def saves(self):
+        """The best layout's saves, sized as a job file sizes them (ops/jobs/saves.py)
+        on the storage the job files assume (a Slurm script sizes them again where its
+        --out lies)."""
+        from ..jobs.saves import size_saves, storage_for
+
+        c = self.best
+        return size_saves(
+            self.model.parameters, storage_for("", visible=False), nodes=self.nodes,
+            step=(c.estimate.step_s, "the estimate above"),
+        )  # fmt: skip
+
+    def saves_lines(self) -> list[str]:
+        """What the plan says of its saves: one line, then a warning line per problem."""
+        saves = self.saves()
+        cost = f", {saves.cost_words()}" if saves.cost_words() else ""
+        line = (
+            f"saves: every {saves.interval} steps (~{saves.interval_s / 60:,.0f} min, "
+            f"Young/Daly at a {saves.job_mtbf_s / 3600:,.0f} h mean time between failures), "
+            f"keep {saves.keep}, {saves.mode}{cost}; {saves.checkpoint_bytes / 1e9:,.3g} GB "
+            f"each, {saves.disk_bytes / 1e9:,.0f} GB on disk ({saves.storage.free_source}); "
+            "the job file sizes them again where --out lies"
+        )
+        return [line, *saves.warnings()]
+
     def runner_up_reason(self) -> str:
         """Why the second candidate lost, term by term."""
         if len(self.candidates) < 2:
@@ -244,6 +269,7 @@ class LayoutPlan:
             "command": self.command(),
             "commands": self.commands(),
             "runner_up": self.runner_up_reason(),
+            "saves": self.saves_lines(),
         }
 
     def render(self, top: int) -> str:
@@ -262,6 +288,7 @@ class LayoutPlan:
             f"why not the runner-up: {self.runner_up_reason()}",
             *([f"global batch: {self.batch_note}"] if self.batch_note else []),
             *([f"lr: {self.lr_note}"] if self.lr_note else []),
+            *self.saves_lines(),
             "",
             *self.commands(),
         ]
