@@ -58,8 +58,8 @@ def add_fabric_floor(parser: argparse.ArgumentParser) -> None:
     """The fabric check's floor (smoke's collectives rung across nodes; a Slurm job's)."""
     parser.add_argument("--fabric-floor", type=lambda t: _number(float, 0, t), default=None,
                         metavar="GB_S", help="the fabric check's floor: GB/s of all-reduce "
-                        "bus bandwidth per node (default: 25%% of trn2's 3.2 Tbps EFA on "
-                        "trn2, none on a CPU)")  # fmt: skip
+                        "bus bandwidth per node (default on trn2: 25%% of the node's own "
+                        "EFA, from its instance type; none on a CPU)")  # fmt: skip
 
 
 def add_slurm_parser(sub: Any, debug: argparse.ArgumentParser) -> argparse.ArgumentParser:
