@@ -117,6 +117,12 @@ def add_k8s_parser(sub: Any, debug: argparse.ArgumentParser) -> argparse.Argumen
         help="(--api pytorchjob) SageMaker HyperPod's job auto-resume: ml.trn2.48xlarge, "
         "its health selector and annotations, namespace kubeflow or hyperpod-*",
     )
+    k8s.add_argument("--pvc", default="fsx-claim", metavar="NAME",
+                     help="the PersistentVolumeClaim the pods mount at /fsx, in the job's "
+                     "namespace (default: fsx-claim, AWS's samples' name)")  # fmt: skip
+    k8s.add_argument("--queue", default=None, metavar="NAME",
+                     help="a Kueue LocalQueue that admits the job (the label "
+                     "kueue.x-k8s.io/queue-name; then no Volcano gang scheduler)")  # fmt: skip
     return k8s
 
 
@@ -292,14 +298,18 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
 def _cmd_k8s(args: argparse.Namespace) -> int:
     import yaml
 
+    from .jobs.k8s_storage_queue import pvc_note
+    from .jobs.kubernetes import SHARED_DIR_K8S
     from .jobs.plan import k8s_job
 
     docs = k8s_job(
         _job(args, pod_paths=True), api=args.api, image=args.image, name=args.name,
         efa=args.efa, namespace=args.namespace, python=args.python, workdir=args.workdir,
-        hyperpod=args.hyperpod,
+        hyperpod=args.hyperpod, pvc=args.pvc, queue=args.queue,
     )  # fmt: skip
     print(yaml.safe_dump_all(docs, sort_keys=False), end="")
+    namespace = docs[-1]["metadata"].get("namespace")  # (HyperPod's: kubeflow by default)
+    print(pvc_note(args.pvc, namespace, SHARED_DIR_K8S), file=sys.stderr)
     return 0
 
 
