@@ -92,7 +92,7 @@ def plan_job(
 
 def job_saves(plan: Plan, spec: RunSpec, asked: SaveRequest, *, visible: bool) -> Saves:
     """``spec``'s saves, what ``asked`` left sized to the job (ops/jobs/saves.py)."""
-    from .saves import job_step_s, size_saves, storage_for
+    from .saves import size_saves, storage_for
 
     out = spec.out or ""
     storage = storage_for(out, write_mb_s=asked.write_mb_s, free_gb=asked.free_gb,
@@ -125,3 +125,24 @@ def k8s_job(job: JobPlan, *, api: str, **options: Any) -> list[dict]:
     if api == "pytorchjob":
         return [pytorchjob_manifest(job.spec, on_trn2=job.on_trn2, hyperpod=hyperpod, **options)]
     return trainjob_manifests(job.spec, on_trn2=job.on_trn2, **options)
+
+
+def job_step_s(plan, out: str, *, visible: bool) -> tuple[float, str] | None:
+    """A job's step time: measured in its run folder, else the planner's estimate for
+    its layout on trn2 (its calibration, if ``plan --measure`` wrote one); None on a CPU."""
+    from .saves import measured_step_s
+
+    if visible and (measured := measured_step_s(out)) is not None:
+        return measured[0], f"measured: the median of this run's {measured[1]} steps"
+    if not plan.device.is_trn2:
+        return None
+    from ..planner.machines import get_machine
+    from ..planner.search import evaluate
+
+    spec = plan.spec
+    micro = 1
+    if spec.global_batch_size:  # gradient accumulation: whole microbatches per step
+        micro = spec.global_batch_size // (spec.local_batch_size * plan.world_size // plan.tp)
+    machine = get_machine("trn2")
+    step = evaluate(spec, machine, microbatches=micro).estimate.step_s
+    return step, f"the planner's estimate ({machine.efficiency_source.split(':')[0]} efficiency)"

@@ -332,22 +332,3 @@ def add_save_flags(job: argparse.ArgumentParser) -> None:
     job.add_argument("--node-mtbf-hours", type=number, default=None, metavar="H",
                      help=f"a node's mean time between failures (default {NODE_MTBF_H:,.0f}: "
                      "Llama 3's hosts)")  # fmt: skip
-
-
-def job_step_s(plan, out: str, *, visible: bool) -> tuple[float, str] | None:
-    """A job's step time: measured in its run folder, else the planner's estimate for
-    its layout on trn2 (its calibration, if ``plan --measure`` wrote one); None on a CPU."""
-    if visible and (measured := measured_step_s(out)) is not None:
-        return measured[0], f"measured: the median of this run's {measured[1]} steps"
-    if not plan.device.is_trn2:
-        return None
-    from ..planner.machines import get_machine
-    from ..planner.search import evaluate
-
-    spec = plan.spec
-    micro = 1
-    if spec.global_batch_size:  # gradient accumulation: whole microbatches per step
-        micro = spec.global_batch_size // (spec.local_batch_size * plan.world_size // plan.tp)
-    machine = get_machine("trn2")
-    step = evaluate(spec, machine, microbatches=micro).estimate.step_s
-    return step, f"the planner's estimate ({machine.efficiency_source.split(':')[0]} efficiency)"
