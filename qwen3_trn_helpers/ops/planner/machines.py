@@ -54,7 +54,7 @@ H100_RING_GB_S = NCCL_SM90_NVLINK_GB_S_PER_LINK * H100_NVLINK_LINKS
 #: Efficiency fitted on torchtitan's published Llama 3.1 8B runs (backtest.py,
 #: ``FITTED_ON``): the share of the peak that makes the model's tokens/s equal the
 #: 8-GPU row's, eager and compiled. Every other row is a prediction.
-H100_EFFICIENCY = {"eager": 0.396, "compiled": 0.458}
+H100_EFFICIENCY = {"eager": 0.396, "compiled": 0.459}
 H100_EFFICIENCY_SOURCE = (
     "fitted: torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Table 1 (8B, 8 GPUs: "
     "FSDP eager 5,762, + torch.compile 6,667 tokens/s/GPU); other rows predicted"
