@@ -258,15 +258,11 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
 
 def _job(args: argparse.Namespace, *, pod_paths: bool = False):
     """The job a job file runs, planned for its nodes (runs/jobs.py)."""
-    from ..training.spec import RunSpec
     from .jobs.plan import plan_job, refuse_no_steps
     from .jobs.saves import SaveRequest
 
     refuse_no_steps(args.steps, args.command)  # (before a spec, which needs a count)
     saves = SaveRequest.from_args(args)  # what was given; the rest is sized to the job
-    for name in ("checkpoint_interval", "keep_checkpoints", "checkpoint_async"):
-        if getattr(args, name) is None:
-            setattr(args, name, RunSpec.__dataclass_fields__[name].default)
     spec = spec_from_args(args) if not pod_paths else _spec_as_given(args)
     return plan_job(
         spec, command=args.command, allow_hub_corpus=args.allow_hub_corpus,

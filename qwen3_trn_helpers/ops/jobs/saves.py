@@ -151,9 +151,22 @@ class SaveRequest:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SaveRequest:
-        return cls(args.checkpoint_interval or None, args.keep_checkpoints,
-                   args.checkpoint_async, args.storage_mb_s, args.storage_free_gb,
+        return cls(_given(args.checkpoint_interval) or None, _given(args.keep_checkpoints),
+                   _given(args.checkpoint_async), args.storage_mb_s, args.storage_free_gb,
                    args.node_mtbf_hours)  # fmt: skip
+
+
+class _UnsetInt(int):
+    """A job flag's default the user did not give: the spec's own value (so a spec, its
+    checks and its flags see a plain default), told apart here to be sized to the job."""
+
+
+class _UnsetStr(str):
+    """As :class:`_UnsetInt`, for a text flag."""
+
+
+def _given(value: object) -> object:
+    return None if isinstance(value, (_UnsetInt, _UnsetStr)) else value
 
 
 @dataclass(frozen=True)
@@ -318,11 +331,19 @@ def size_saves(
 
 def add_save_flags(job: argparse.ArgumentParser) -> None:
     """What a job file's save sizing takes (``slurm``, ``k8s``); ``--checkpoint-interval``,
-    ``--keep-checkpoints`` and ``--checkpoint-async`` left out are sized (None)."""
+    ``--keep-checkpoints`` and ``--checkpoint-async`` left out are sized to the job (their
+    defaults marked as not given: :class:`_UnsetInt`)."""
     from ...runs.arguments import _number
+    from ...training.spec import RunSpec
 
     number = lambda t: _number(float, 0, t)  # noqa: E731
-    job.set_defaults(checkpoint_interval=None, keep_checkpoints=None, checkpoint_async=None)
+    names = ("checkpoint_interval", "keep_checkpoints", "checkpoint_async")
+    spec_default = {f: RunSpec.__dataclass_fields__[f].default for f in names}  # train's
+    job.set_defaults(
+        checkpoint_interval=_UnsetInt(spec_default["checkpoint_interval"]),
+        keep_checkpoints=_UnsetInt(spec_default["keep_checkpoints"]),
+        checkpoint_async=_UnsetStr(spec_default["checkpoint_async"]),
+    )
     job.add_argument("--storage-mb-s", type=number, default=None, metavar="MB_S",
                      help="the checkpoint storage's write rate (default: this run's earlier "
                      "saves, else AWS's sample FSx: 293 MB/s)")  # fmt: skip
