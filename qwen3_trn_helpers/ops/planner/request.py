@@ -6,7 +6,7 @@ The flags that mean what ``train``'s mean (``--nnodes``, ``--seq-len``, ``--corp
 come from the same generator as train's (runs/arguments.py, one flag per RunSpec
 field); the rest are the planner's own (a search, not a run: ``--local-batch-size``
 left out tries 1, 2, 4 and 8). ``--nodes``, the planner's spelling before it took
-train's, is kept as a hidden alias so that older commands still run.
+train's, is kept as an alias (its help says so) so that older commands still run.
 Cheap to import: the parser needs nothing heavy.
 """
 
@@ -63,7 +63,8 @@ def add_plan_parser(sub: Any, debug: argparse.ArgumentParser) -> None:
     add_spec_arguments(plan, ("nnodes", "seq_len", "corpus"))
     # the planner's spelling before --nnodes (kept: older commands and notes still run)
     plan.add_argument("--nodes", dest="nnodes", type=positive, default=argparse.SUPPRESS,
-                      help=argparse.SUPPRESS)  # fmt: skip
+                      metavar="N", help="the old spelling of --nnodes, kept so that older "
+                      "commands still run")  # fmt: skip
     from .machines import MACHINES
 
     plan.add_argument("--machine", choices=tuple(MACHINES), default=None,
