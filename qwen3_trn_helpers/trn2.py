@@ -26,10 +26,12 @@ RUNTIME_MICROCODE_MB_PER_PHYSICAL_CORE = 96
 #: size: they depend on the compiled graphs. An assumption, stated as one: 1 GiB per
 #: logical core, to be replaced by what neuron-top shows on the 4b_native_64ranks rung.
 RUNTIME_OTHER_GIB_PER_LOGICAL_CORE_ASSUMED = 1.0
-#: share of a core's HBM a plan may use: the rest is margin for what no estimate sees
+#: share of a core's HBM a run may fill with what the memory estimate counts (the rule
+#: ``train`` applies before it starts): the rest is margin for what no estimate sees
 #: (allocator fragmentation, compiler temporaries, the runtime's own assumed share
-#: being low)
-PLANNING_HEADROOM = 0.9
+#: being low). The planner keeps a margin of its own on top (ops/planner/machines.py,
+#: ``PLANNER_MARGIN``): another meaning, another name.
+RUN_HBM_SHARE = 0.9
 #: NeuronLink-v3 between Trainium2 chips: "provides 1.28 TB/sec bandwidth per device"
 #: (Neuron docs, About Neuron > Architecture > Trainium2, chip components, NeuronLink).
 #: The planner's cost model (ops/planner/cost.py) gives each logical core its share.

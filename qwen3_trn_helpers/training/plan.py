@@ -31,7 +31,7 @@ from ..errors import ConfigError
 from ..model.presets import PRESETS, Layout, Preset
 from ..model.shapes import Qwen3Shape
 from ..model.variants import VARIANTS, Variant
-from ..trn2 import PLANNING_HEADROOM, slice_problem
+from ..trn2 import RUN_HBM_SHARE, slice_problem
 from .plan_steps import (
     Init,
     check_launch,
@@ -253,9 +253,9 @@ class MemoryFit:
 def memory_fit(plan: Plan, free_gib: float | None = None) -> MemoryFit:
     """The one memory rule: what a plan's ranks on one machine need against what it has.
 
-    A NeuronCore may fill ``trn2.PLANNING_HEADROOM`` of its HBM with what the estimate counts
-    (a plan that fits with under 1 GiB to spare gets a warning); a CPU's ranks on this
-    machine share its free memory (``free_gib``: None where unknown).
+    A NeuronCore may fill ``trn2.RUN_HBM_SHARE`` of its HBM with what the estimate counts;
+    a CPU's ranks on this machine share its free memory (``free_gib``: None where
+    unknown).
     """
     memory = plan.memory()
     if plan.device.is_trn2:
@@ -270,12 +270,12 @@ def memory_fit(plan: Plan, free_gib: float | None = None) -> MemoryFit:
         else:
             fix = (
                 "shorten --seq-len or use activation checkpointing, or let `qwen3-trn plan "
-                f"--model {preset.name} --nodes N` find a layout that fits"
+                f"--model {preset.name} --nnodes N` find a layout that fits"
             )
         return MemoryFit(
             f"preset {preset.name!r} on {plan.world_size} rank(s) needs about "
             f"{memory.total_gib:.1f} GiB per NeuronCore, more than the "
-            f"{memory.usable_gib:.1f} GiB a plan may use ({PLANNING_HEADROOM:.0%} of its "
+            f"{memory.usable_gib:.1f} GiB a plan may use ({RUN_HBM_SHARE:.0%} of its "
             f"{memory.hbm_gib:.0f} GiB): {fix}",
             None,
         )
