@@ -36,10 +36,11 @@ def planner_anchors(anchors: tuple[tuple[str, int], ...] = ANCHORS) -> Anchors:
     once per node)."""
     from ..errors import ConfigError
     from ..model.presets import get_preset
+    from ..ops.planner.batch import recipe_batch_tokens
     from ..ops.planner.layout import why_slower
     from ..ops.planner.machines import get_machine
     from ..ops.planner.models import load_model
-    from ..ops.planner.search import evaluate, plan_layouts, recipe_batch_tokens
+    from ..ops.planner.search import evaluate, plan_layouts
     from ..training.spec import RunSpec
 
     rows = Anchors()
