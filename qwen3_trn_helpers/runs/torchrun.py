@@ -31,7 +31,13 @@ from .folder import Claim, RunResult, claim, prepare_out_dir
 from .launch import rank_environment, shell_command, torchrun_command
 from .lifeline import launcher_environment, watched
 from .neuron_cores import with_class_slice
-from .rendezvous import JoinWatch, check_endpoint_reachable_by_all, launch_entry
+from .rendezvous import (
+    JoinWatch,
+    check_endpoint_reachable_by_all,
+    hosts_store_here,
+    launch_entry,
+    wait_for_store,
+)
 from .reporter import Reporter
 
 #: seconds a run that saves checkpoints gets, after SIGTERM, to finish its step and save
@@ -61,6 +67,8 @@ def run_with_torchrun(
                 "every node: an address of one of them (the first) that the others reach"
             )
         check_endpoint_reachable_by_all(spec.rdzv_endpoint)
+        if not hosts_store_here(spec.rdzv_endpoint):  # a client of the first node's store
+            wait_for_store(spec.rdzv_endpoint, spec.rdzv_timeout)
     # a student's share of a trn2 shared by a class: the cores the ranks confine to
     cores = with_class_slice(spec).neuron_cores if plan.device.is_trn2 else None
     # the folder named, held on one node (several: the job's rank 0 holds it) and settled
@@ -103,7 +111,8 @@ def _launch_in(
         JoinWatch(spec.rdzv_endpoint, launch_entry(launch_settings(plan))) if multinode else None
     )
 
-    met_by = time.monotonic() + spec.rdzv_timeout + RENDEZVOUS_SLACK_S
+    launched_at = time.monotonic()  # (the messages below say the seconds measured)
+    met_by = launched_at + spec.rdzv_timeout + RENDEZVOUS_SLACK_S
     met, looked = not multinode, 0.0
 
     def report_steps(proc: subprocess.Popen) -> None:
@@ -118,7 +127,8 @@ def _launch_in(
             late = time.monotonic() > met_by and watch.another_service
             if not met and late and proc.poll() is None:
                 stop_process_group(proc, grace_s=3)  # it may sit in C++, deaf to SIGTERM
-                raise TrainingError(rendezvous_failed(spec, watch.joined))
+                waited = time.monotonic() - launched_at
+                raise TrainingError(rendezvous_failed(spec, watch.joined, waited))
         report_steps_written(out / "metrics.jsonl")
 
     def report_steps_written(metrics: Path) -> None:
@@ -184,9 +194,11 @@ def _launch_in(
         if multinode and never_met and "RendezvousTimeoutError" in text:
             # a join that timed out had reached the rendezvous: this node at least came
             # (the count read every second may have missed it on a busy machine)
-            raise TrainingError(missing_nodes_message(spec, max(joined or 0, 1)))
+            waited = time.monotonic() - launched_at
+            raise TrainingError(missing_nodes_message(spec, max(joined or 0, 1), waited))
         if multinode and never_met and "RendezvousConnectionError" in text:
-            raise TrainingError(rendezvous_failed(spec, joined))
+            waited = time.monotonic() - launched_at
+            raise TrainingError(rendezvous_failed(spec, joined, waited))
         if multinode and not never_met and "RendezvousConnectionError" in text:
             # the node that held the rendezvous store went away mid-run: this node's
             # torchrun loses the store before its rank notices the lost peer
@@ -235,16 +247,17 @@ def started_ranks(torchrun_pid: int) -> bool:
     return bool(found.stdout.strip())
 
 
-def rendezvous_failed(spec: RunSpec, joined: int | None) -> str:
-    """The nodes never met: another service at the endpoint, or nodes missing."""
+def rendezvous_failed(spec: RunSpec, joined: int | None, waited_s: float) -> str:
+    """The nodes never met: another service at the endpoint, or nodes missing
+    (``waited_s``: how long this node's torchrun ran)."""
     if joined is None and _answers(spec.rdzv_endpoint):
         return (
             f"something that is not torchrun's rendezvous answers at {spec.rdzv_endpoint} "
-            f"(no node joined within {spec.rdzv_timeout} s): another service or a proxy "
+            f"(no node joined in {waited_s:.0f} s): another service or a proxy "
             "holds that port; pick a free port on the first node for --rdzv-endpoint, the "
             "same on every node"
         )
-    return missing_nodes_message(spec, joined)
+    return missing_nodes_message(spec, joined, waited_s)
 
 
 def _answers(endpoint: str) -> bool:
@@ -259,8 +272,9 @@ def _answers(endpoint: str) -> bool:
     return True
 
 
-def missing_nodes_message(spec: RunSpec, joined: int | None) -> str:
-    """What a user reads when the nodes never all met: where, how many came, the fix."""
+def missing_nodes_message(spec: RunSpec, joined: int | None, waited_s: float) -> str:
+    """What a user reads when the nodes never all met: where, how many came, after how
+    long (``waited_s``, measured: torchrun may give up before --rdzv-timeout), the fix."""
     seen = (
         f"nothing answered at {spec.rdzv_endpoint}"
         if not joined
@@ -268,7 +282,8 @@ def missing_nodes_message(spec: RunSpec, joined: int | None) -> str:
     )
     return (
         f"the job's {spec.nnodes} nodes did not all join the rendezvous at "
-        f"{spec.rdzv_endpoint} within {spec.rdzv_timeout} s ({seen}): start the same "
+        f"{spec.rdzv_endpoint} in {waited_s:.0f} s (--rdzv-timeout {spec.rdzv_timeout}; "
+        f"{seen}): start the same "
         "command on every node, check that each reaches that address and port (a "
         "firewall or security group may block it), or raise --rdzv-timeout"
     )
