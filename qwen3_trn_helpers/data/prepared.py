@@ -46,6 +46,8 @@ SHARD_TOKENS = 2**28
 ENCODE = {"add_bos": True, "add_eos": True}
 
 PREPARE_HINT = "qwen3-trn data prepare --corpus CORPUS --out DIR"
+#: a shard (and the manifest) while ``data prepare`` writes it: ``.NAME.partial``
+PARTIAL_SUFFIX = ".partial"
 
 
 def is_prepared(path: str | Path) -> bool:
@@ -58,10 +60,13 @@ def refuse_incomplete(path: str | Path) -> None:
     """Shards without a manifest (an interrupted prepare, a partial copy): say so,
     rather than "holds no text" from the text-corpus reader."""
     path = Path(path).expanduser()
-    if path.is_dir() and not (path / MANIFEST).exists() and any(path.glob("tokens-*.arrow")):
+    shards = ("tokens-*.arrow", f".tokens-*.arrow{PARTIAL_SUFFIX}")
+    if path.is_dir() and not (path / MANIFEST).exists() and any(
+        any(path.glob(pattern)) for pattern in shards
+    ):
         raise AssetError(
-            f"{path} holds prepared shards but no {MANIFEST}: the prepare was interrupted "
-            f"or the copy is incomplete; copy the whole folder or prepare again ({PREPARE_HINT})"
+            f"{path} holds prepared shards but no {MANIFEST}: the prepare is still running, "
+            f"was interrupted, or the copy is incomplete; copy the whole folder or prepare again ({PREPARE_HINT})"
         )
 
 
