@@ -66,7 +66,8 @@ def refuse_incomplete(path: str | Path) -> None:
     ):
         raise AssetError(
             f"{path} holds prepared shards but no {MANIFEST}: the prepare is still running, "
-            f"was interrupted, or the copy is incomplete; copy the whole folder or prepare again ({PREPARE_HINT})"
+            "was interrupted, or the copy is incomplete; copy the whole folder or prepare "
+            f"again ({PREPARE_HINT})"
         )
 
 
