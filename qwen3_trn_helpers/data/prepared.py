@@ -61,8 +61,10 @@ def refuse_incomplete(path: str | Path) -> None:
     rather than "holds no text" from the text-corpus reader."""
     path = Path(path).expanduser()
     shards = ("tokens-*.arrow", f".tokens-*.arrow{PARTIAL_SUFFIX}")
-    if path.is_dir() and not (path / MANIFEST).exists() and any(
-        any(path.glob(pattern)) for pattern in shards
+    if (
+        path.is_dir()
+        and not (path / MANIFEST).exists()
+        and any(any(path.glob(pattern)) for pattern in shards)
     ):
         raise AssetError(
             f"{path} holds prepared shards but no {MANIFEST}: the prepare is still running, "
