@@ -34,6 +34,7 @@ from typing import Any
 
 from ..checksums import sha256_of
 from ..errors import AssetError, ConfigError
+from .verified import shards_to_hash
 
 MANIFEST = "manifest.json"
 FORMAT = "qwen3-trn-tokens"
@@ -127,12 +128,16 @@ def check_prepared(
     *,
     tokenizer_dir: str | Path | None = None,
     hashes: bool = False,
+    record_in: Path | None = None,
+    reread: bool = False,
 ) -> dict[str, Any]:
     """Refuse a damaged or mismatched prepared folder with one line; return its manifest.
 
-    Sizes always (cheap); ``hashes`` re-reads every shard for its sha256 (once per node
-    at start-up, not on every rank); ``tokenizer_dir``: the tokenizer the run uses must
-    be the one the folder was tokenized with.
+    Sizes always (cheap); ``hashes`` reads shards for their sha256 (in the launch, not on
+    every rank): those whose files changed since the record in the run folder
+    ``record_in`` was written, every one without it or with ``reread``
+    (``--verify-data``; data/verified.py); ``tokenizer_dir``: the tokenizer the run uses
+    must be the one the folder was tokenized with.
     """
     folder = Path(folder).expanduser()
     manifest = read_manifest(folder)
@@ -149,11 +154,15 @@ def check_prepared(
                 f"shard {file} is {size} bytes, its manifest says {shard['bytes']}: the "
                 f"copy is damaged or incomplete; copy it again or prepare again ({PREPARE_HINT})"
             )
-        if hashes and sha256_of(file) != shard["sha256"]:
-            raise AssetError(
-                f"shard {file} does not match its sha256 in {MANIFEST}: the copy is "
-                f"damaged; copy it again or prepare again ({PREPARE_HINT})"
-            )
+    if hashes:
+        with shards_to_hash(folder, manifest["shards"], record_in, reread=reread) as todo:
+            for shard in todo:
+                file = folder / shard["file"]
+                if sha256_of(file) != shard["sha256"]:
+                    raise AssetError(
+                        f"shard {file} does not match its sha256 in {MANIFEST}: the copy is "
+                        f"damaged; copy it again or prepare again ({PREPARE_HINT})"
+                    )
     if tokenizer_dir is not None:
         want, have = manifest["tokenizer"], tokenizer_identity(tokenizer_dir)
         differs = [k for k in ("sha256", "bos_id", "eos_id") if want.get(k) != have[k]]

@@ -439,6 +439,7 @@ def plan_run(
     from ..assets import resolve_tokenizer, tokenizer_vocab_size
     from ..data.corpus import EMBEDDED, EMBEDDED_PRETRAIN, is_local, read_documents
     from ..data.prepared import check_prepared, is_prepared, refuse_incomplete
+    from ..data.verified import record_folder
     from ..device import resolve
     from ..model.hf_checkpoint import check_hf_checkpoint
 
@@ -540,7 +541,10 @@ def plan_run(
                 tok_source = str(init.folder)
         tokenizer_dir = resolve_tokenizer(tok_source)
         if prepared:  # its ids are this tokenizer's; hashes in the launcher, not per rank
-            check_prepared(corpus, tokenizer_dir=tokenizer_dir, hashes=launched is None)
+            launcher = launched is None  # (once per run folder: data/verified.py)
+            check_prepared(corpus, tokenizer_dir=tokenizer_dir, hashes=launcher,
+                           record_in=record_folder(spec.out) if launcher else None,
+                           reread=spec.verify_data)  # fmt: skip
         n_tokens = tokenizer_vocab_size(tokenizer_dir)
         if n_tokens > shape.vocab_size:
             raise ConfigError(

@@ -202,6 +202,12 @@ class RunSpec:
         "train (or dry-run) even if the memory estimate exceeds this machine's free memory "
         "(on trn2: the share of a NeuronCore's HBM a plan may use)",
     )
+    verify_data: bool = _param(
+        False,
+        "read every shard of a prepared --corpus for its sha256 again; otherwise a shard "
+        "is hashed once per run folder, and again only when its file changes (size, "
+        "times, inode)",
+    )
     out: str | None = _param(None, "run folder (default: runs/<date-time>)")
     overwrite: bool = _param(False, "replace a previous run in --out (metrics and checkpoints)")
 

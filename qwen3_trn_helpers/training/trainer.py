@@ -256,7 +256,7 @@ def save_timeouts(plan: Plan) -> dict[str, int]:
 
 #: spec fields that may differ between the nodes of one job (each node's own business)
 PER_NODE = ("device", "neuron_cores", "skip_memory_check", "overwrite", "nproc", "nnodes",
-            "rdzv_endpoint", "rdzv_timeout")  # fmt: skip
+            "rdzv_endpoint", "rdzv_timeout", "verify_data")  # fmt: skip
 
 
 def same_on_every_node(plan: Plan) -> dict[str, Any]:
