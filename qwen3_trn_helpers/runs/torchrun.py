@@ -26,6 +26,7 @@ from ..errors import PEER_LOST, ConfigError, TrainingError
 from ..training.metrics_file import read_metrics
 from ..training.plan import Plan
 from ..training.spec import RESUME_AUTO, RunSpec
+from ..training.watchdog import watchdog_stop
 from .child import run_child, stop_process_group
 from .folder import Claim, RunResult, claim, prepare_out_dir
 from .launch import rank_environment, shell_command, torchrun_command
@@ -111,7 +112,7 @@ def _launch_in(
         JoinWatch(spec.rdzv_endpoint, launch_entry(launch_settings(plan))) if multinode else None
     )
 
-    launched_at = time.monotonic()  # (the messages below say the seconds measured)
+    launched_at, launched_wall = time.monotonic(), time.time()  # (messages say the seconds)
     met_by = launched_at + spec.rdzv_timeout + RENDEZVOUS_SLACK_S
     met, looked = not multinode, 0.0
 
@@ -183,6 +184,10 @@ def _launch_in(
     joined = watch.joined if watch is not None else None
     if result.timed_out:
         raise TrainingError(f"{plan.world_size}-rank run passed {timeout:.0f} s; stopped")
+    hung = watchdog_stop(out, since=launched_wall) if not result.ok else None
+    if hung is not None:  # a step outlasted --hang-timeout (training/watchdog.py)
+        record_failure(out, hung, agents[-1] if agents else None)
+        raise TrainingError(hung)
     if not result.ok and watch is not None and watch.mismatch:
         raise ConfigError(watch.mismatch)  # the other node stopped first
     if not result.ok and clashed_port(result.output) is not None and last_step == resumed_from:
@@ -338,6 +343,24 @@ def port_clash_message(spec: RunSpec, port: int, multinode: bool) -> str:
         "(EADDRINUSE); no step ran: another job on this machine is taking ports as fast "
         "as they free up; start again once it has settled"
     )
+
+
+def record_failure(out: Path, error: str, agent: int | None) -> None:
+    """run.json says ``failed`` and why, where ranks that ended without a word (the
+    watchdog's SIGALRM) left it ``running``; only on the node that started rank 0."""
+    from ..training.metrics_file import strict_json
+
+    manifest = out / "run.json"
+    try:
+        info = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return
+    ours = isinstance(info, dict) and info.get("agent") in (None, [socket.gethostname(), agent])
+    if ours and info.get("status") == "running":
+        info.update(status="failed", error=error)
+        partial = manifest.with_name(".run.json.partial")
+        partial.write_text(strict_json(info, indent=2))
+        partial.replace(manifest)
 
 
 def finalise_after_stop(out: Path, stop: KeyboardInterrupt, agent: int | None) -> str:
