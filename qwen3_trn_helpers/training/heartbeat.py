@@ -112,9 +112,10 @@ class RankWatch:
             if self.state["rank"] == 0 and self.watch_every:
                 self._report()
 
-    def _report(self) -> None:
+    def _report(self, final: bool = False) -> None:
         """Rank 0: the per-node line, once every rank has written the step it is due at
-        (or after three beats of waiting: then the line names who is behind)."""
+        (or after three beats of waiting: then the line names who is behind; ``final``:
+        at once, the run's last line)."""
         due = self.state["step"] // self.watch_every * self.watch_every
         if due <= self._reported:
             return
@@ -123,7 +124,7 @@ class RankWatch:
         ranks = node_status.read_ranks(self.path.parent.parent)
         written = min((r.get("step", 0) for r in ranks), default=0)
         behind = len(ranks) < self.state["world"] or written < due
-        if behind and time.time() - self._due_since < 3 * BEAT_S:
+        if behind and not final and time.time() - self._due_since < 3 * BEAT_S:
             return
         found = node_status.nodes(ranks)
         print(f"watch: {node_status.line(found, due)}", flush=True)
@@ -135,3 +136,5 @@ class RankWatch:
         self._thread.join(timeout=BEAT_S * 2)
         self.watchdog.close()
         self._write()
+        if self.state["rank"] == 0 and self.watch_every:
+            self._report(final=True)
