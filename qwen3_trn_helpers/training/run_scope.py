@@ -38,6 +38,7 @@ from .heartbeat import RankWatch
 from .patches import Patch
 from .plan import Plan
 from .stopping import StopRequest
+from .watchdog import UNWATCHED_STEPS
 
 #: each registry class -> the patches its model needs; every variant of
 #: model.variants.VARIANTS has an entry (tests/core/model/test_variants.py). The
@@ -196,8 +197,9 @@ class _RunScope:
     def train_step(self, data_iterator) -> None:
         self._local_losses = []
         step: int = self.step  # type: ignore[attr-defined]
-        # (the watchdog watches every step but a process's first, which compiles)
-        watched = self._watch.step(step, watched=self._steps_run > 0) if self._watch else None
+        # (the watchdog skips a process's first steps, which compile: UNWATCHED_STEPS)
+        unwatched = self._steps_run < UNWATCHED_STEPS
+        watched = self._watch.step(step, watched=not unwatched) if self._watch else None
         try:
             with watched or nullcontext():
                 if self._watch is not None:  # (stamps when the step's batch is in hand)

@@ -206,7 +206,7 @@ class RunSpec:
         600,
         "seconds a training step may take: a longer one saves every rank's Python stack in "
         "OUT/ranks and stops the job, for Slurm or Kubernetes to requeue it (ranks torchrun "
-        "starts; not a process's first step, which compiles; 0: off)",
+        "starts; not a process's first two steps, which compile; 0: off)",
         non_negative=True,
     )
     watch_every: int = _param(

@@ -15,7 +15,7 @@ What torch and torchtitan offer, and what each leaves open:
 
 What this module adds, on ranks torchrun started: Python's own
 ``faulthandler.dump_traceback_later``, armed as each training step starts (not the first
-step of a process, which compiles) and cancelled as it ends. When a step outlasts
+two steps of a process, which compile) and cancelled as it ends. When a step outlasts
 ``--hang-timeout``, faulthandler's C thread writes every thread's Python stack into
 ``OUT/ranks/stack-NNNNN.txt`` (it needs no GIL, so a rank stuck in C dumps too), and a
 process timer (``setitimer``: SIGALRM, whose default action ends the process) ends the
@@ -40,6 +40,9 @@ from typing import IO, Any
 
 from .node_status import RANKS, read_ranks
 
+#: a process's first steps are not watched: they compile (the first builds every graph;
+#: the second often recompiles: the optimizer's state exists only after the first)
+UNWATCHED_STEPS = 2
 #: seconds between a rank's stack dump and its end: every hung rank dumps before any ends
 DUMP_GRACE_S = 5.0
 #: in the run folder, once the watchdog stopped an attempt: what it found
