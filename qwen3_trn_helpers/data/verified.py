@@ -63,7 +63,7 @@ def _entry(corpus: Path, shard: dict[str, Any]) -> dict[str, Any]:
 
 @contextmanager
 def shards_to_hash(
-    corpus: Path, shards: list[dict[str, Any]], out: Path | None, *, reread: bool = False
+    corpus: Path, shards: list[dict[str, Any]], out: str | Path | None, *, reread: bool = False
 ) -> Iterator[list[dict[str, Any]]]:
     """The manifest's ``shards`` still to hash, for the ``with`` block: all of them
     without a record (``out`` None) or with ``reread``, else those whose files changed
@@ -72,6 +72,7 @@ def shards_to_hash(
     """
     from filelock import FileLock
 
+    out = record_folder(out)  # (made here, when a prepared corpus is hashed)
     with FileLock(str(out / LOCK)) if out is not None else nullcontext():  # (blocks)
         kept = {} if out is None else _read(out / RECORD)
         key = str(corpus.resolve())

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..assets import tokenizer_identity
 from ..checksums import sha256_of
 from ..data.corpus import dataset_args, is_local
 from ..data.prepared import (
@@ -36,7 +37,6 @@ from ..data.prepared import (
     PARTIAL_SUFFIX,
     SHARD_TOKENS,
     VERSION,
-    tokenizer_identity,
 )
 from ..errors import AssetError, ConfigError
 

@@ -12,8 +12,8 @@ import threading
 import pytest
 
 from qwen3_trn_helpers.data import prepared as prepared_module
-from qwen3_trn_helpers.data.corpus import embedded_corpus_path, read_documents
-from qwen3_trn_helpers.data.prepared import MANIFEST, check_prepared
+from qwen3_trn_helpers.data.corpus import check_corpus, embedded_corpus_path, read_documents
+from qwen3_trn_helpers.data.prepared import MANIFEST
 from qwen3_trn_helpers.data.verified import RECORD
 from qwen3_trn_helpers.errors import AssetError
 from qwen3_trn_helpers.ops.data_prepare import prepare
@@ -80,16 +80,16 @@ def test_damage_after_the_record_is_found_by_its_change_time(corpus, tmp_path):
     for entry in corpus.iterdir():
         (copy / entry.name).write_bytes(entry.read_bytes())
     run = tmp_path / "run"
-    check_prepared(copy, hashes=True, record_in=run)
+    check_corpus(str(copy), named=True, hashes=True, record_in=run)
     shard = copy / _shards(copy)[0]
     data, times = bytearray(shard.read_bytes()), shard.stat()
     data[len(data) // 2] ^= 0xFF  # same size; same modification time put back
     shard.write_bytes(bytes(data))
     os.utime(shard, ns=(times.st_atime_ns, times.st_mtime_ns))
     with pytest.raises(AssetError, match="does not match its sha256"):
-        check_prepared(copy, hashes=True, record_in=run)
+        check_corpus(str(copy), named=True, hashes=True, record_in=run)
     with pytest.raises(AssetError, match="does not match its sha256"):  # and stays refused
-        check_prepared(copy, hashes=True, record_in=run)
+        check_corpus(str(copy), named=True, hashes=True, record_in=run)
 
 
 def test_nodes_starting_together_hash_once(corpus, tmp_path, hashed):
@@ -101,7 +101,7 @@ def test_nodes_starting_together_hash_once(corpus, tmp_path, hashed):
 
     def node() -> None:
         try:
-            check_prepared(corpus, hashes=True, record_in=run)
+            check_corpus(str(corpus), named=True, hashes=True, record_in=run)
         except BaseException as e:  # (reported below)
             errors.append(e)
 
