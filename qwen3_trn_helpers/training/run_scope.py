@@ -262,12 +262,10 @@ class _RunScope:
 
 def rank_watch(out: str, options: RunOptions) -> RankWatch:
     """This rank's file in ``OUT/ranks`` and its watchdog (training/heartbeat.py)."""
-    import os
+    from .ranks import rank_place
 
-    from .ranks import rank, world_size
-
-    node = int(os.environ.get("GROUP_RANK", "0"))  # torchrun's number for this node
-    return RankWatch(out, rank=rank(), world=world_size(), node=node,
+    place = rank_place()
+    return RankWatch(out, rank=place.rank, world=place.world_size, node=place.node,
                      hang_s=options.hang_timeout, watch_every=options.watch_every)  # fmt: skip
 
 
