@@ -28,6 +28,7 @@ from .ops.cli import (
     add_smoke_parser,
     add_wheelhouse_parser,
 )
+from .ops.watch import add_watch_parser, cmd_watch
 from .runs.arguments import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     slurm = add_slurm_parser(sub, debug)
     k8s = add_k8s_parser(sub, debug)
     add_data_parser(sub, debug, quiet)
+    add_watch_parser(sub, debug)
     add_job_flags(slurm, k8s)
     add_doctor_parser(sub, debug)
     add_assets_parser(sub, debug)
@@ -254,6 +256,7 @@ COMMANDS = {
     "doctor": _cmd_doctor,
     "assets": _cmd_assets,
     **OPS_COMMANDS,
+    "watch": cmd_watch,
 }
 
 

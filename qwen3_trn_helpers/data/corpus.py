@@ -282,11 +282,19 @@ class RunCorpus:
     tokenizer: dict[str, Any] | None = None
 
 
-def check_corpus(corpus: str, *, named: bool, hashes: bool = False) -> RunCorpus:
+def check_corpus(
+    corpus: str,
+    *,
+    named: bool,
+    hashes: bool = False,
+    record_in: str | Path | None = None,
+    reread: bool = False,
+) -> RunCorpus:
     """The corpus a run reads (``named``: by the user, not the preset's default),
     checked where it is a file or folder here: a text corpus that is missing or empty,
     or a damaged prepared folder (its shards' sizes; ``hashes``: their sha256 too, once
-    per node), is one line now, not an error in the dataloader."""
+    per run folder ``record_in``, ``reread``: every one; data/verified.py), is one line
+    now, not an error in the dataloader."""
     from .prepared import check_shards, is_prepared, read_manifest, refuse_incomplete
 
     embedded = corpus in (EMBEDDED, EMBEDDED_PRETRAIN)
@@ -303,6 +311,6 @@ def check_corpus(corpus: str, *, named: bool, hashes: bool = False) -> RunCorpus
     if prepared:  # (its tokenizer is checked once the run's is known: assets.run_tokenizer)
         folder = Path(corpus).expanduser()
         manifest = read_manifest(folder)
-        check_shards(folder, manifest, hashes=hashes)
+        check_shards(folder, manifest, hashes=hashes, record_in=record_in, reread=reread)
         tokenizer = manifest.get("tokenizer", {})
     return RunCorpus(corpus, streams=not (embedded or local), tokenizer=tokenizer)

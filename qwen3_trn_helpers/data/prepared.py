@@ -34,6 +34,7 @@ from typing import Any
 from ..assets import check_same_tokenizer
 from ..checksums import sha256_of
 from ..errors import AssetError
+from .verified import shards_to_hash
 
 MANIFEST = "manifest.json"
 FORMAT = "qwen3-trn-tokens"
@@ -46,6 +47,8 @@ SHARD_TOKENS = 2**28
 ENCODE = {"add_bos": True, "add_eos": True}
 
 PREPARE_HINT = "qwen3-trn data prepare --corpus CORPUS --out DIR"
+#: a shard (and the manifest) while ``data prepare`` writes it: ``.NAME.partial``
+PARTIAL_SUFFIX = ".partial"
 
 
 def is_prepared(path: str | Path) -> bool:
@@ -58,10 +61,16 @@ def refuse_incomplete(path: str | Path) -> None:
     """Shards without a manifest (an interrupted prepare, a partial copy): say so,
     rather than "holds no text" from the text-corpus reader."""
     path = Path(path).expanduser()
-    if path.is_dir() and not (path / MANIFEST).exists() and any(path.glob("tokens-*.arrow")):
+    shards = ("tokens-*.arrow", f".tokens-*.arrow{PARTIAL_SUFFIX}")
+    if (
+        path.is_dir()
+        and not (path / MANIFEST).exists()
+        and any(any(path.glob(pattern)) for pattern in shards)
+    ):
         raise AssetError(
-            f"{path} holds prepared shards but no {MANIFEST}: the prepare was interrupted "
-            f"or the copy is incomplete; copy the whole folder or prepare again ({PREPARE_HINT})"
+            f"{path} holds prepared shards but no {MANIFEST}: the prepare is still running, "
+            "was interrupted, or the copy is incomplete; copy the whole folder or prepare "
+            f"again ({PREPARE_HINT})"
         )
 
 
@@ -109,9 +118,20 @@ def check_prepared(
     return manifest
 
 
-def check_shards(folder: Path, manifest: dict[str, Any], *, hashes: bool = False) -> None:
+def check_shards(
+    folder: Path,
+    manifest: dict[str, Any],
+    *,
+    hashes: bool = False,
+    record_in: str | Path | None = None,
+    reread: bool = False,
+) -> None:
     """Every shard ``manifest`` lists is in ``folder`` at its size (``hashes``: and its
-    sha256), or one line names the first that is not."""
+    sha256), or one line names the first that is not.
+
+    ``hashes`` reads the shards whose files changed since the record in the run folder
+    ``record_in`` was written, every one without it or with ``reread``
+    (``--verify-data``; data/verified.py)."""
     for shard in manifest["shards"]:
         file = folder / shard["file"]
         if not file.is_file():
@@ -125,11 +145,16 @@ def check_shards(folder: Path, manifest: dict[str, Any], *, hashes: bool = False
                 f"shard {file} is {size} bytes, its manifest says {shard['bytes']}: the "
                 f"copy is damaged or incomplete; copy it again or prepare again ({PREPARE_HINT})"
             )
-        if hashes and sha256_of(file) != shard["sha256"]:
-            raise AssetError(
-                f"shard {file} does not match its sha256 in {MANIFEST}: the copy is "
-                f"damaged; copy it again or prepare again ({PREPARE_HINT})"
-            )
+    if not hashes:
+        return
+    with shards_to_hash(folder, manifest["shards"], record_in, reread=reread) as todo:
+        for shard in todo:
+            file = folder / shard["file"]
+            if sha256_of(file) != shard["sha256"]:
+                raise AssetError(
+                    f"shard {file} does not match its sha256 in {MANIFEST}: the copy is "
+                    f"damaged; copy it again or prepare again ({PREPARE_HINT})"
+                )
 
 
 def load_prepared(path: str):

@@ -227,6 +227,9 @@ def add_data_parser(
     prepare.add_argument("--shard-tokens", type=positive, default=SHARD_TOKENS, metavar="N",
                          help=f"tokens per shard file (default {SHARD_TOKENS:,}: ~1 GiB)",
                          )  # fmt: skip
+    prepare.add_argument("--num-proc", type=positive, default=None, metavar="N",
+                         help="processes that tokenize in parallel (default: every core this "
+                         "process may use)")  # fmt: skip
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -313,7 +316,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
     import shlex
 
     from ..data.corpus import is_local
-    from .data_prepare import prepare
+    from .data_prepare import prepare, usable_cores
 
     # a hub corpus (c4) needs the network here, and only here: the nodes read the folder
     args.scope.enter_context(hub_offline(is_local(args.corpus)))
@@ -324,6 +327,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
         max_documents=args.max_documents,
         max_tokens=args.max_tokens,
         shard_tokens=args.shard_tokens,
+        num_proc=args.num_proc or usable_cores(),
         progress=not args.no_progress,
     )
     out = os.path.abspath(os.path.expanduser(args.out))

@@ -33,7 +33,7 @@ from ..training.spec import RESUME_AUTO, RunSpec
 
 #: what a run writes into its folder (a new run with --overwrite removes them all)
 RUN_FILES = ("metrics.jsonl", "run.json", "loss.png", "launch.log")
-RUN_FOLDERS = ("checkpoint", "tb")
+RUN_FOLDERS = ("checkpoint", "tb", "ranks")
 
 
 @dataclass

@@ -62,3 +62,17 @@ def record_stop(out: Path, status: str, steps_completed: int, agent: int | None)
             "(torchrun's 30 s grace ran out); recorded by the launch"
         )
         write_atomically(out / "run.json", strict_json(info, indent=2))
+
+
+def record_failure(out: Path, error: str, agent: int | None) -> None:
+    """run.json says ``failed`` and why (``error``), where ranks that ended without a
+    word (the watchdog's SIGALRM: training/watchdog.py) left it ``running``. Only on the
+    node whose torchrun (``agent``) started rank 0."""
+    try:
+        info = json.loads((out / "run.json").read_text())
+    except (OSError, ValueError):
+        return
+    ours = isinstance(info, dict) and info.get("agent") in (None, [socket.gethostname(), agent])
+    if ours and info.get("status") == "running":
+        info.update(status="failed", error=error)
+        write_atomically(out / "run.json", strict_json(info, indent=2))

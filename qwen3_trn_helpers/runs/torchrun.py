@@ -27,12 +27,19 @@ from ..errors import PEER_LOST, ConfigError, Interrupted, Terminated, TrainingEr
 from ..training.metrics_file import read_metrics
 from ..training.plan import Plan
 from ..training.spec import RESUME_AUTO, RunSpec
+from ..training.watchdog import watchdog_stop
 from .child import ChildResult, run_child, stop_process_group
 from .folder import Claim, RunResult, claim, latest_checkpoint_step, prepare_out_dir
 from .launch import rank_environment, shell_command, torchrun_command
 from .lifeline import launcher_environment, watched
-from .manifest import record_stop
-from .rendezvous import JoinWatch, check_endpoint_reachable_by_all, launch_entry
+from .manifest import record_failure, record_stop
+from .rendezvous import (
+    JoinWatch,
+    check_endpoint_reachable_by_all,
+    hosts_store_here,
+    launch_entry,
+    wait_for_store,
+)
 from .reporter import Reporter
 
 #: seconds a run that saves checkpoints gets, after SIGTERM, to finish its step and save
@@ -57,6 +64,8 @@ def run_with_torchrun(
     reporter = reporter or Reporter(progress=False)
     if plan.nnodes > 1:  # (planning refused a job without one: plan_steps.check_launch)
         check_endpoint_reachable_by_all(plan.spec.rdzv_endpoint)
+        if not hosts_store_here(plan.spec.rdzv_endpoint):  # a client of the host's store
+            wait_for_store(plan.spec.rdzv_endpoint, plan.spec.rdzv_timeout)
     # the folder named, held on one node (several: the job's rank 0 holds it) and settled
     # before any rank starts (runs/folder.py)
     with claim(plan, launcher=True) as taken:
@@ -127,6 +136,10 @@ class LaunchFollower:
     ) -> None:
         spec, multinode = plan.spec, plan.nnodes > 1
         self.spec, self.metrics, self.step_done = spec, out / "metrics.jsonl", step_done
+        self.out = out
+        # when torchrun started (the messages say the seconds measured; the watchdog's
+        # stacks are this launch's when written since)
+        self.launched_at, self.launched_wall = time.monotonic(), time.time()
         self.resumed_from = self.last_step = resumed_from
         self.agents: list[int] = []  # torchrun's pid, once it runs (run.json's agent on one node)
         # how many nodes came, for the message if they never all do (read in a child: a
@@ -137,7 +150,7 @@ class LaunchFollower:
             if multinode
             else None
         )
-        self.met_by = time.monotonic() + spec.rdzv_timeout + RENDEZVOUS_SLACK_S
+        self.met_by = self.launched_at + spec.rdzv_timeout + RENDEZVOUS_SLACK_S
         self.met, self.looked = not multinode, 0.0
 
     @property
@@ -169,7 +182,8 @@ class LaunchFollower:
             late = time.monotonic() > self.met_by and watch.another_service
             if not self.met and late and proc.poll() is None:
                 stop_process_group(proc, grace_s=3)  # it may sit in C++, deaf to SIGTERM
-                raise TrainingError(rendezvous_failed(self.spec, watch.joined))
+                waited = time.monotonic() - self.launched_at
+                raise TrainingError(rendezvous_failed(self.spec, watch.joined, waited))
 
     def report_written(self) -> None:
         """Every step written to metrics.jsonl since the last look, to ``step_done``."""
@@ -232,6 +246,10 @@ def check_outcome(
         raise TrainingError(f"{plan.world_size}-rank run passed {timeout:.0f} s; stopped")
     if result.ok:
         return
+    hung = watchdog_stop(follower.out, since=follower.launched_wall)
+    if hung is not None:  # a step outlasted --hang-timeout (training/watchdog.py)
+        record_failure(follower.out, hung, follower.agent)
+        raise TrainingError(hung)
     if watch is not None and watch.mismatch:
         raise ConfigError(watch.mismatch)  # the other node stopped first
     port = clashed_port(result.output)
@@ -241,12 +259,13 @@ def check_outcome(
     joined = watch.joined if watch is not None else None
     # (afterwards: a node left mid-run; ranks that started mean the nodes met)
     never_met = not follower.stepped and not follower.met
+    waited = time.monotonic() - follower.launched_at
     if multinode and never_met and "RendezvousTimeoutError" in text:
         # a join that timed out had reached the rendezvous: this node at least came
         # (the count read every second may have missed it on a busy machine)
-        raise TrainingError(missing_nodes_message(spec, max(joined or 0, 1)))
+        raise TrainingError(missing_nodes_message(spec, max(joined or 0, 1), waited))
     if multinode and never_met and "RendezvousConnectionError" in text:
-        raise TrainingError(rendezvous_failed(spec, joined))
+        raise TrainingError(rendezvous_failed(spec, joined, waited))
     if multinode and not never_met and "RendezvousConnectionError" in text:
         # the node that held the rendezvous store went away mid-run: this node's
         # torchrun loses the store before its rank notices the lost peer
@@ -289,16 +308,17 @@ def started_ranks(torchrun_pid: int) -> bool:
     return bool(found.stdout.strip())
 
 
-def rendezvous_failed(spec: RunSpec, joined: int | None) -> str:
-    """The nodes never met: another service at the endpoint, or nodes missing."""
+def rendezvous_failed(spec: RunSpec, joined: int | None, waited_s: float) -> str:
+    """The nodes never met: another service at the endpoint, or nodes missing
+    (``waited_s``: how long this node's torchrun ran)."""
     if joined is None and _answers(spec.rdzv_endpoint):
         return (
             f"something that is not torchrun's rendezvous answers at {spec.rdzv_endpoint} "
-            f"(no node joined within {spec.rdzv_timeout} s): another service or a proxy "
+            f"(no node joined in {waited_s:.0f} s): another service or a proxy "
             "holds that port; pick a free port on the first node for --rdzv-endpoint, the "
             "same on every node"
         )
-    return missing_nodes_message(spec, joined)
+    return missing_nodes_message(spec, joined, waited_s)
 
 
 def _answers(endpoint: str) -> bool:
@@ -313,8 +333,9 @@ def _answers(endpoint: str) -> bool:
     return True
 
 
-def missing_nodes_message(spec: RunSpec, joined: int | None) -> str:
-    """What a user reads when the nodes never all met: where, how many came, the fix."""
+def missing_nodes_message(spec: RunSpec, joined: int | None, waited_s: float) -> str:
+    """What a user reads when the nodes never all met: where, how many came, after how
+    long (``waited_s``, measured: torchrun may give up before --rdzv-timeout), the fix."""
     seen = (
         f"nothing answered at {spec.rdzv_endpoint}"
         if not joined
@@ -322,7 +343,8 @@ def missing_nodes_message(spec: RunSpec, joined: int | None) -> str:
     )
     return (
         f"the job's {spec.nnodes} nodes did not all join the rendezvous at "
-        f"{spec.rdzv_endpoint} within {spec.rdzv_timeout} s ({seen}): start the same "
+        f"{spec.rdzv_endpoint} in {waited_s:.0f} s (--rdzv-timeout {spec.rdzv_timeout}; "
+        f"{seen}): start the same "
         "command on every node, check that each reaches that address and port (a "
         "firewall or security group may block it), or raise --rdzv-timeout"
     )

@@ -369,11 +369,15 @@ def plan_run(
     attention = resolve_attention(spec, device)
     variant = VARIANTS[spec.variant]
     model = resolve_model(spec, variant, device, (nproc, nnodes), shape)
-    # what it reads (its shards hashed once a node: in the launcher, not in each rank)
+    # what it reads (its shards hashed in the launcher, not in each rank, once per run
+    # folder: data/verified.py)
+    launcher = here and launched is None
     corpus = check_corpus(
         spec.corpus or model.preset.corpus,
         named=spec.corpus is not None,
-        hashes=here and launched is None,
+        hashes=launcher,
+        record_in=spec.out if launcher else None,
+        reread=spec.verify_data,
     )
     # how this machine computes, and with which tokenizer (another machine's: its business)
     mixed_precision, tokenizer_dir = spec.mixed_precision, None

@@ -235,7 +235,13 @@ def trainer_config(
             imports=variant.overrides(plan.attention, plan.moe_block_size, plan.spec.moe_impl)
         ),
         loss=variant.loss_config(plan.shape, plan.loss_chunks),
-        qwen3_trn=RunOptions(variant=variant, device=plan.device, settings=settings),
+        qwen3_trn=RunOptions(
+            variant=variant,
+            device=plan.device,
+            settings=settings,
+            hang_timeout=plan.spec.hang_timeout,
+            watch_every=plan.spec.watch_every,
+        ),
     )
     config = trainer.Config(**kwargs, **backend)
     if (data_parallel or plan.data_parallel) == "simple_fsdp":
@@ -259,7 +265,8 @@ def save_timeouts(plan: Plan) -> dict[str, int]:
 
 #: spec fields that may differ between the nodes of one job (each node's own business)
 PER_NODE = ("device", "neuron_cores", "skip_memory_check", "overwrite", "nproc", "nnodes",
-            "rdzv_endpoint", "rdzv_timeout")  # fmt: skip
+            "rdzv_endpoint", "rdzv_timeout", "verify_data", "hang_timeout",
+            "watch_every")  # fmt: skip
 
 
 def same_on_every_node(plan: Plan) -> dict[str, Any]:

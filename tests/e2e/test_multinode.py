@@ -297,7 +297,10 @@ def test_a_node_that_never_joins_is_named(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: the job's 2 nodes did not all join the rendezvous at ")
     assert endpoint in last
-    assert "within 6 s (1 of 2 nodes joined)" in last and "Traceback" not in proc.stderr
+    # the seconds are measured, not --rdzv-timeout restated (torchrun may give up earlier)
+    waited = re.search(r" in (\d+) s \(--rdzv-timeout 6; 1 of 2 nodes joined\)", last)
+    assert waited and 6 <= int(waited.group(1)) < 60, last
+    assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.slow

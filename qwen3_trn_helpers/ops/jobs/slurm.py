@@ -238,7 +238,7 @@ def slurm_script(
         '  "$python" \\',
         f"  {shlex.join(cmd)} \\",
         '  --out "$out" --rdzv-endpoint "$head_ip:$port" &',
-        "srun_pid=$!",
+        "srun_pid=$! attempt_start=$(date +%s)",
         "# wait again after the USR1 trap interrupts wait; the job's status is srun's",
         'status=0; wait "$srun_pid" || status=$?',
         'while kill -0 "$srun_pid" 2>/dev/null; do status=0; wait "$srun_pid" || status=$?; done',
@@ -248,10 +248,34 @@ def slurm_script(
         '  echo "requeueing: the run saved its step before the time limit"',
         '  scontrol requeue "$SLURM_JOB_ID" || true  # (|| true: the backstop was first)',
         "fi",
+        *_hang_requeue_lines(spec),
         'exit "$status"',
         "",
     ]
     return "\n".join(lines)
+
+
+#: a job the watchdog stopped is requeued this many times at most (a step that hangs
+#: every time is a bug to look at, not to retry)
+HANG_REQUEUES = 3
+
+
+def _hang_requeue_lines(spec: RunSpec) -> list[str]:
+    """Requeue an attempt the watchdog stopped (training/watchdog.py: a step outlasted
+    --hang-timeout; every rank's stack is in $out/ranks, its record written there)."""
+    if not spec.hang_timeout:
+        return []
+    return [
+        f"# a step outlasted --hang-timeout ({spec.hang_timeout} s): the watchdog saved each",
+        "# rank's stack in $out/ranks and stopped the run; go again from the last checkpoint",
+        'hung="$out/ranks/watchdog.json"',
+        'if [ -z "$time_limit_near" ] && [ -e "$hung" ] && '
+        '[ "$(stat -c %Y "$hung")" -ge "$attempt_start" ] && '
+        f'[ "${{SLURM_RESTART_COUNT:-0}}" -lt {HANG_REQUEUES} ]; then',
+        '  echo "requeueing: the watchdog stopped a hung step (stacks: $out/ranks)"',
+        '  scontrol requeue "$SLURM_JOB_ID" || true',
+        "fi",
+    ]
 
 
 # Slurm signals the batch script ahead of the time limit (--signal=B:USR1@LEAD): the
