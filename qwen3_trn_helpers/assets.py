@@ -29,6 +29,7 @@ from unittest import mock
 
 from .checksums import sha256_of
 from .errors import AssetError
+from .files import MiB, check_regular, read_json
 
 
 @dataclass(frozen=True)
@@ -246,7 +247,7 @@ def damaged_files(folder: str, stamp: tuple[int, int]) -> str | None:
     mtime of tokenizer.json) re-checks it only when the file changes."""
     path = Path(folder)
     try:
-        sums = json.loads((path / CHECKSUMS).read_text())
+        sums = read_json(path / CHECKSUMS, limit=MiB, fix="")
     except (OSError, ValueError):
         return f"{CHECKSUMS} is missing or unreadable"
     for name, expected in sums.items():
@@ -298,7 +299,25 @@ def resolve_tokenizer(source: str | Path | None) -> Path:
         )
     if not (path / "tokenizer.json").exists():
         raise AssetError(f"{path} has no tokenizer.json; pass a Hugging Face model folder")
+    check_tokenizer_folder(path)
     return path
+
+
+#: tokenizer.json's size at most (Qwen3's is 11 MiB; Gemma 3's, among the largest, 33)
+TOKENIZER_LIMIT = 512 * MiB
+TOKENIZER_FIX = "copy the tokenizer's files again from the model's folder"
+
+
+def check_tokenizer_folder(path: Path) -> None:
+    """The files tokenizers and torchtitan open in a tokenizer folder, looked at first as
+    files.py reads any file: tokenizer.json a regular file of a tokenizer's size, and
+    tokenizer_config.json (if there) a JSON object; a FIFO had made them wait forever,
+    an empty or deeply nested config ended in ``unexpected JSONDecodeError``."""
+    check_regular(path / "tokenizer.json", limit=TOKENIZER_LIMIT, fix=TOKENIZER_FIX, empty=False)
+    if os.path.lexists(path / "chat_template.jinja"):
+        check_regular(path / "chat_template.jinja", limit=16 * MiB, fix=TOKENIZER_FIX)
+    if os.path.lexists(path / "tokenizer_config.json"):
+        read_json(path / "tokenizer_config.json", limit=16 * MiB, fix=TOKENIZER_FIX)
 
 
 def load_tokenizer(folder: str | Path):
@@ -309,6 +328,7 @@ def load_tokenizer(folder: str | Path):
     the file changes).
     """
     path = Path(folder) / "tokenizer.json"
+    check_regular(path, limit=TOKENIZER_LIMIT, fix=TOKENIZER_FIX, empty=False)
     return _parsed_tokenizer(str(path), path.stat().st_mtime_ns)
 
 

@@ -38,9 +38,11 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 MAX_DEPTH = 64
 
 
-class UnreadableFile(AssetError):
+class UnreadableFile(AssetError, ValueError):
     """A file the package reads is not what it should be: missing, not a regular file,
-    too large, not UTF-8 text, not JSON, nested too deep, or JSON of another kind.
+    too large, not UTF-8 text, not JSON, nested too deep, or JSON of another kind. A
+    ValueError, as ``json``'s own errors are, so a reader that passes over a bad file
+    (``except (OSError, ValueError)``) passes over these too.
 
     ``problem`` says what is wrong in words that follow the path ("is a named pipe
     (FIFO), not a regular file"), ``fix`` what to do; ``str()`` is the one line."""
@@ -252,47 +254,66 @@ def _name_max(existing: Path) -> int:
         return NAME_MAX
 
 
-def check_output_folder(path: str | Path, flag: str) -> Path:
-    """Refuse, in one line naming ``flag`` (``--out``), a folder to write that the
-    filesystem would refuse or that cannot be a folder: bytes that are not UTF-8 (every
-    record the package writes names its folder as text), a name longer than the
-    filesystem takes, a file (or a pipe, a device) where it or a folder above it should
-    be. Returns it absolute; it is made by the caller."""
-    path = Path(path).expanduser()
+def check_folder_name(path: str | Path, flag: str) -> None:
+    """Refuse, in one line naming ``flag`` (``--out``), a folder name no filesystem here
+    takes: bytes that are not UTF-8 (every record the package writes names its folder
+    as text: one ended in ``unexpected UnicodeEncodeError``), a NUL, a name or a path
+    longer than Linux allows (``unexpected OSError: [Errno 36]``). Looks at no file."""
     text = os.fspath(path)
     try:
         encoded = text.encode("utf-8")
     except UnicodeEncodeError as e:
-        bad = text[e.start].encode("utf-8", "surrogateescape")
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        bad = text[e.start].encode("utf-8", "surrogateescape").hex()
         raise ConfigError(
-            f"{flag} {text!r} holds bytes that are not UTF-8 text (0x{bad.hex()}); the "
-            "run's records name their folder as text: choose a name in UTF-8"
+            f"{flag} '{shown}' holds bytes that are not UTF-8 text (0x{bad}); the run's "
+            "records name their folder as text: choose a name in UTF-8"
         ) from None
     if "\0" in text:
         raise ConfigError(f"{flag} {text!r} holds a NUL character; choose another name")
-    path = path.absolute()
+    _check_lengths(Path(text), encoded, flag, NAME_MAX)
+
+
+def _check_lengths(path: Path, encoded: bytes, flag: str, name_max: int) -> None:
+    for name in path.parts:
+        if len(name.encode("utf-8")) > name_max:
+            raise ConfigError(
+                f"{flag} holds the name {name[:40]}... ({len(name.encode('utf-8'))} bytes), "
+                f"longer than the {name_max} bytes a filesystem here takes for one name; "
+                "choose a shorter name"
+            )
     if len(encoded) >= PATH_MAX:
         raise ConfigError(
             f"{flag} is {len(encoded)} bytes long, longer than the {PATH_MAX - 1} a path "
             "may be; choose a shorter path"
         )
+
+
+def check_output_folder(path: str | Path, flag: str) -> Path:
+    """Refuse, in one line naming ``flag``, a folder to write that this machine's
+    filesystem would refuse (:func:`check_folder_name`, with its own limit on a name)
+    or that cannot be a folder: a file, a pipe or a device where it or a folder above
+    it should be (``/dev/full/x`` ended in ``unexpected NotADirectoryError``), or a
+    folder this user cannot write in. Returns it absolute; the caller makes it."""
+    check_folder_name(path, flag)
+    path = Path(path).expanduser().absolute()
     existing, found = path, _lstat(path)
     while found is None and existing != existing.parent:  # the nearest that exists
         existing = existing.parent
         found = _lstat(existing)
-    limit = _name_max(existing if found and stat.S_ISDIR(found.st_mode) else existing.parent)
-    for name in path.parts:
-        if len(name.encode("utf-8")) > limit:
-            raise ConfigError(
-                f"{flag} holds the name {name[:40]}... ({len(name.encode('utf-8'))} bytes), "
-                f"longer than the {limit} bytes this filesystem takes for one name; "
-                "choose a shorter name"
-            )
-    problem = _not_regular(found.st_mode) if found else "is a folder, not a file"
-    if problem != "is a folder, not a file":
+    is_folder = found is not None and stat.S_ISDIR(found.st_mode)
+    limit = _name_max(existing if is_folder else existing.parent)
+    _check_lengths(path, os.fsencode(path), flag, limit)
+    if found is not None and not is_folder:
+        problem = _not_regular(found.st_mode)
         kind = "a file" if problem is None else problem.split(",")[0].removeprefix("is ")
         where = f"{flag} {path}" if existing == path else f"{existing}, above {flag} {path},"
-        raise ConfigError(f"{where} is {kind}, not a folder; choose a folder for {flag}")
+        raise ConfigError(f"{where} is {kind}, not a folder; choose another {flag}")
+    if is_folder and not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{flag} {path}: {existing} cannot be written by this user; choose a folder you "
+            "can write to"
+        )
     return path
 
 

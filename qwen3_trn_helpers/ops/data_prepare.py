@@ -23,6 +23,7 @@ from ..data.prepared import (
     tokenizer_identity,
 )
 from ..errors import AssetError, ConfigError
+from ..files import check_output_folder
 
 
 def source_documents(corpus: str) -> Iterator[str]:
@@ -75,7 +76,7 @@ def prepare(
             f"corpus {corpus!r} streams from the hub without end; pass --max-documents N "
             "or --max-tokens N (a run needs steps x global batch x seq_len tokens)"
         )
-    out = Path(out).expanduser().absolute()
+    out = check_output_folder(out, "--out")  # (a file, a device, a name too long: files.py)
     tokenizer_dir = resolve_tokenizer(tokenizer)
     documents = source_documents(corpus)  # (a bad corpus fails before --out exists)
     _empty_folder(out)

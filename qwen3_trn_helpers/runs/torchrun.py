@@ -13,7 +13,6 @@ kernel lives for hours.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import socket
@@ -337,7 +336,8 @@ def finalise_after_stop(out: Path, stop: KeyboardInterrupt, agent: int | None) -
     returned names what the folder holds, for the terminal.
     """
     from ..errors import Terminated
-    from ..training.metrics_file import strict_json
+    from ..files import read_json
+    from ..training.metrics_file import RECORD_LIMIT, strict_json
     from .folder import latest_checkpoint_step
 
     metrics = out / "metrics.jsonl"
@@ -347,7 +347,7 @@ def finalise_after_stop(out: Path, stop: KeyboardInterrupt, agent: int | None) -
         steps = []
     manifest = out / "run.json"
     try:
-        info = json.loads(manifest.read_text())
+        info = read_json(manifest, limit=RECORD_LIMIT, fix="")
     except (OSError, ValueError):
         info = None
     ours = isinstance(info, dict) and info.get("agent") in (None, [socket.gethostname(), agent])
