@@ -217,7 +217,7 @@ def build(
 ) -> dict:
     """Fill ``out`` with wheels, assets and a manifest for ``target`` (None: this
     machine) and ``python_version`` (None: this Python). Returns the manifest."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]  # (the checkout, above the package)
     py = python_version or _host_python()
     if not re.fullmatch(r"3\.\d+", py):
         raise WheelhouseError(f"--python-version must look like 3.11, got {py!r}")
