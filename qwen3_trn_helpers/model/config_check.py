@@ -65,13 +65,18 @@ def _where(file: Path | str) -> str:
 def _integer(cfg: dict, key: str, file: Path | str, default: Any = None) -> int:
     """``cfg[key]`` (or ``default``), an integer within :data:`SIZES`' range."""
     value = cfg.get(key, default)
+    got = "missing" if value is None and key not in cfg else f"got {value!r}"
+    within(key, value, f"{_where(file)} {key}", got)
+    return value
+
+
+def within(key: str, value: Any, what: str, got: str | None = None) -> None:
+    """Refuse ``value`` unless it is an integer in :data:`SIZES`' range for ``key``;
+    ``what`` names it in the line (a config's field, a flag such as --layers)."""
     low, high, example = SIZES[key]
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        got = "missing" if value is None and key not in cfg else f"got {value!r}"
-        raise ConfigError(
-            f"{_where(file)} {key} must be an integer from {low} to {high:,} ({example}), {got}"
-        )
-    return value
+        got = got or f"got {value!r}"
+        raise ConfigError(f"{what} must be an integer from {low} to {high:,} ({example}), {got}")
 
 
 def _number(value: Any, key: str, file: Path | str, low: float, high: float) -> float:
