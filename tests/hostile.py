@@ -218,13 +218,14 @@ class Case:
 class Result:
     code: int | None
     err: str
+    out: str
     seconds: float
     hung: bool = False
     orphans: int = 0
 
 
 def error_lines(err: str) -> list[str]:
-    """stderr without notes, warnings, argparse's usage lines and a stop's own lines."""
+    """stderr without notes, warnings and argparse's usage lines."""
     lines = []
     for line in err.strip().splitlines():
         if line.startswith(("note: ", "warning: ", "usage: ", " ")) or not line.strip():
@@ -247,8 +248,10 @@ def outcome_of(case: Case, result: Result, folder: Path) -> str:
     if "Traceback (most recent call last)" in result.err:
         return "traceback"
     lines = error_lines(result.err)
-    stopped = result.code in (130, 143) and lines and lines[-1].startswith(
-        ("terminated: ", "interrupted: ")
+    stopped = (
+        result.code in (130, 143)
+        and lines
+        and lines[-1].startswith(("terminated: ", "interrupted: "))
     )
     if result.code == 0 or stopped:
         return "clean exit"
@@ -278,10 +281,10 @@ def run_here(case: Case, argv: list[str], folder: Path) -> Result:
     hung = threading.Event()
     watchdog = threading.Timer(HANG_S, lambda: (hung.set(), _unblock(fifos)))
     watchdog.daemon = True
-    err, started = io.StringIO(), time.monotonic()
+    err, out, started = io.StringIO(), io.StringIO(), time.monotonic()
     watchdog.start()
     try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             try:
                 code = main.main(argv)
             except SystemExit as e:  # argparse
@@ -293,7 +296,8 @@ def run_here(case: Case, argv: list[str], folder: Path) -> Result:
                 print(traceback.format_exc(), file=sys.stderr)
     finally:
         watchdog.cancel()
-    return Result(code, err.getvalue(), time.monotonic() - started, hung=hung.is_set())
+    seconds = time.monotonic() - started
+    return Result(code, err.getvalue(), out.getvalue(), seconds, hung=hung.is_set())
 
 
 def run_apart(
@@ -305,8 +309,8 @@ def run_apart(
     orphan (killed, and counted)."""
     started = time.monotonic()
     proc = subprocess.Popen(
-        [python, "-m", case.module, *argv], env=env, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=folder,
+        [python, "-m", case.module, *argv], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True, cwd=folder,
     )  # fmt: skip
     hung = False
     try:
@@ -318,19 +322,20 @@ def run_apart(
                     proc.send_signal(signum)
                     break
                 time.sleep(0.1)
-        _, err = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - started)))
+        out, err = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - started)))
     except subprocess.TimeoutExpired:
         hung = True
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        _, err = proc.communicate()
+        out, err = proc.communicate()
     time.sleep(0.5 if case.stop else 0)
     leftovers = _processes_naming(str(folder))
     for pid in leftovers:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
-    return Result(code, err, time.monotonic() - started, hung=hung, orphans=len(leftovers))
+    seconds = time.monotonic() - started
+    return Result(code, err, out, seconds, hung=hung, orphans=len(leftovers))
 
 
 def probe(case: Case, folder: Path, fixtures: Fixtures, record, *, apart: bool) -> str:
@@ -339,6 +344,7 @@ def probe(case: Case, folder: Path, fixtures: Fixtures, record, *, apart: bool) 
     folder.mkdir(parents=True, exist_ok=True)
     argv = case.build(folder, fixtures)
     result = run_apart(case, argv, folder) if apart else run_here(case, argv, folder)
+    (folder / "stdout").write_text(result.out)  # (a job file, for the row's check)
     outcome = outcome_of(case, result, folder)
     record(PROPERTY, f"{case.surface}|{outcome}")
     lines = error_lines(result.err)
@@ -404,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
             folder.mkdir()
             result = run_apart(case, case.build(folder, fixtures), folder, python=args.python,
                                env=env)  # fmt: skip
+            (folder / "stdout").write_text(result.out)
             outcome = outcome_of(case, result, folder)
             recorder("", f"{case.surface}|{outcome}")
             last = (error_lines(result.err) or [""])[-1]
