@@ -396,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pythonpath", default=None, help="a checkout to run instead")
     parser.add_argument("--wheelhouse-module", default=None, help="its wheelhouse module")
     parser.add_argument("-k", default="", help="only rows whose id holds this")
+    parser.add_argument("--timeout", type=float, default=HANG_S, help="seconds before a hang")
     args = parser.parse_args(argv)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     if args.pythonpath:
@@ -409,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
             folder = Path(tmp) / f"case-{i}"
             folder.mkdir()
             result = run_apart(case, case.build(folder, fixtures), folder, python=args.python,
-                               env=env)  # fmt: skip
+                               env=env, timeout=args.timeout)  # fmt: skip
             (folder / "stdout").write_text(result.out)
             outcome = outcome_of(case, result, folder)
             recorder("", f"{case.surface}|{outcome}")

@@ -14,6 +14,7 @@ transformers): the command line needs the shape names before it imports anything
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -74,6 +75,11 @@ class Qwen3Shape:
 
         path = Path(path).expanduser()
         folder = path.parent if path.name == "config.json" else path
+        if not os.path.lexists(folder / "config.json"):
+            raise ConfigError(
+                f"{folder / 'config.json'} not found; a checkpoint folder holds config.json "
+                "and *.safetensors (a Hugging Face model folder)"
+            )
         fix = "copy config.json again from the model's folder (a Hugging Face Qwen3 folder)"
         read_config_json(folder / "config.json", ("qwen3", "qwen3_moe"), training=True, fix=fix)
         try:  # (checked above, so what transformers refuses here is a field we never read)
