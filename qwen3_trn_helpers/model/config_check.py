@@ -108,6 +108,15 @@ def rope(cfg: dict, file: Path | str) -> tuple[float | None, str]:
     return theta, kind
 
 
+def experts_field(cfg: dict) -> str | None:
+    """Where an MoE config counts its experts: ``num_experts`` (Qwen3-MoE as published),
+    ``num_local_experts`` (Mixtral, and Qwen3-MoE as transformers 5 writes it); None for
+    a dense model."""
+    if cfg.get("model_type") == "qwen3_moe" and "num_experts" in cfg:
+        return "num_experts"
+    return "num_local_experts" if cfg.get("model_type") in ("qwen3_moe", "mixtral") else None
+
+
 def check_model_config(
     cfg: dict, file: Path | str, *, architectures: tuple[str, ...], training: bool
 ) -> None:
@@ -149,9 +158,17 @@ def check_model_config(
             f"{_where(file)} head_dim {head_dim} must be even (RoPE turns pairs of numbers)"
         )
     _integer(cfg, "intermediate_size", file)
-    _integer(cfg, "vocab_size", file)
+    vocab = _integer(cfg, "vocab_size", file)
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        ids = cfg.get(key)
+        ids = ids if isinstance(ids, list) else [ids]
+        if any(i is not None and (type(i) is not int or not 0 <= i < vocab) for i in ids):
+            raise ConfigError(
+                f"{_where(file)} {key} must be a token id below vocab_size {vocab} (or "
+                f"null), got {cfg.get(key)!r}"
+            )
     _integer(cfg, "max_position_embeddings", file, 4096)
-    experts_key = {"qwen3_moe": "num_experts", "mixtral": "num_local_experts"}.get(arch)
+    experts_key = experts_field(cfg)
     if experts_key:
         experts = _integer(cfg, experts_key, file)
         top_k = _integer(cfg, "num_experts_per_tok", file)

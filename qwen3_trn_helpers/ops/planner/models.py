@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...model.config_check import read_config_json
+from ...model.config_check import experts_field, read_config_json
 from ...model.shapes import Qwen3Shape, active_parameter_count
 
 #: model_type values read, with the config keys of their experts
@@ -70,7 +70,7 @@ def from_config_json(path: Path) -> PlannedModel:
     head_dim = cfg.get("head_dim") or dim // heads
     moe = {}
     if arch in ("qwen3_moe", "mixtral"):
-        experts_key = "num_experts" if arch == "qwen3_moe" else "num_local_experts"
+        experts_key = experts_field(cfg)
         expert_dim_key = "moe_intermediate_size" if arch == "qwen3_moe" else "intermediate_size"
         moe = dict(
             n_experts=cfg[experts_key],
