@@ -236,7 +236,10 @@ def error_lines(err: str) -> list[str]:
 
 def outcome_of(case: Case, result: Result, folder: Path) -> str:
     """Which of :data:`OUTCOMES` ``result`` is (the worst fault first)."""
-    fault = case.check(folder) if case.check is not None else None
+    try:  # (what the row left cannot even be read: that is the fault)
+        fault = case.check(folder) if case.check is not None else None
+    except (OSError, ValueError, KeyError, TypeError):
+        fault = "lost or mixed data"
     if fault == "injection":
         return fault
     if result.hung:
