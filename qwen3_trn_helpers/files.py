@@ -111,22 +111,31 @@ def check_regular(path: str | Path, *, limit: int | None, fix: str, empty: bool 
     return st.st_size
 
 
-def read_bytes(path: str | Path, *, limit: int | None, fix: str) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit`` of them (else refused).
-
-    Opened without waiting (a FIFO with no writer opens at once) and checked on the
-    open file (``fstat``), so what is read is what was checked."""
-    path = Path(path)
-    _checked(path, _stat(path, fix), limit, fix)  # names a socket, which cannot be opened
+def _open_regular(path: Path, limit: int | None, fix: str):
+    """``path`` opened for reading, refused unless it is a regular file of at most
+    ``limit`` bytes. Opened without waiting (a FIFO with no writer opens at once) and
+    checked on the open file (``fstat``), so what is read is what was checked."""
+    _checked(path, _stat(path, fix), limit, fix)  # (names a socket, which cannot be opened)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise UnreadableFile(path, "does not exist", fix, missing=True) from None
     except OSError as e:
-        raise UnreadableFile(path, f"cannot be read ({_why(e)})", fix) from None
-    with os.fdopen(fd, "rb") as f:
+        missing = e.errno == errno.ENOENT
+        problem = "does not exist" if missing else f"cannot be read ({_why(e)})"
+        raise UnreadableFile(path, problem, fix, missing=missing) from None
+    f = os.fdopen(fd, "rb")
+    try:
         _checked(path, os.fstat(fd), limit, fix)  # (it may have been swapped meanwhile)
-        os.set_blocking(fd, True)
+    except UnreadableFile:
+        f.close()
+        raise
+    os.set_blocking(fd, True)
+    return f
+
+
+def read_bytes(path: str | Path, *, limit: int | None, fix: str) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them (else refused)."""
+    path = Path(path)
+    with _open_regular(path, limit, fix) as f:
         try:
             data = f.read() if limit is None else f.read(limit + 1)
         except OSError as e:
@@ -211,15 +220,7 @@ def read_lines(
     than ``line_limit`` bytes comes as None (it is not read into memory whole). For
     files without a natural size (metrics.jsonl, a corpus), each line has one."""
     path = Path(path)
-    _checked(path, _stat(path, fix), None, fix)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        missing = e.errno == errno.ENOENT
-        raise UnreadableFile(path, f"cannot be read ({_why(e)})", fix, missing=missing) from None
-    with os.fdopen(fd, "rb") as f:
-        _checked(path, os.fstat(fd), None, fix)
-        os.set_blocking(fd, True)
+    with _open_regular(path, None, fix) as f:
         lineno = 0
         while raw := f.readline(line_limit + 1):
             lineno += 1
