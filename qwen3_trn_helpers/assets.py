@@ -25,11 +25,12 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 from .checksums import sha256_of
-from .errors import AssetError
-from .files import MiB, check_regular, read_json
+from .errors import AssetError, ConfigError
+from .files import MiB, check_folder, read_json
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,10 @@ def tokenizer_dir() -> Path:
     return cache_dir() / f"qwen3-tokenizer-v{TOKENIZER_FORMAT}"
 
 
+#: a tokenizer folder's files -> (largest size, a JSON object?): Qwen3's tokenizer.json 11 MiB
+TOKENIZER_FILES = {"tokenizer.json": (512 * MiB, False), "tokenizer_config.json": (16 * MiB, True),
+                   "chat_template.jinja": (16 * MiB, False)}  # fmt: skip
+TOKENIZER_FIX = "copy the tokenizer's files again from its model's folder"
 CHECKSUMS = "checksums.json"  # sha256 of each built file, written when it is built
 
 
@@ -299,25 +304,8 @@ def resolve_tokenizer(source: str | Path | None) -> Path:
         )
     if not (path / "tokenizer.json").exists():
         raise AssetError(f"{path} has no tokenizer.json; pass a Hugging Face model folder")
-    check_tokenizer_folder(path)
+    check_folder(path, TOKENIZER_FILES, TOKENIZER_FIX)
     return path
-
-
-#: tokenizer.json's size at most (Qwen3's is 11 MiB; Gemma 3's, among the largest, 33)
-TOKENIZER_LIMIT = 512 * MiB
-TOKENIZER_FIX = "copy the tokenizer's files again from the model's folder"
-
-
-def check_tokenizer_folder(path: Path) -> None:
-    """The files tokenizers and torchtitan open in a tokenizer folder, looked at first as
-    files.py reads any file: tokenizer.json a regular file of a tokenizer's size, and
-    tokenizer_config.json (if there) a JSON object; a FIFO had made them wait forever,
-    an empty or deeply nested config ended in ``unexpected JSONDecodeError``."""
-    check_regular(path / "tokenizer.json", limit=TOKENIZER_LIMIT, fix=TOKENIZER_FIX, empty=False)
-    if os.path.lexists(path / "chat_template.jinja"):
-        check_regular(path / "chat_template.jinja", limit=16 * MiB, fix=TOKENIZER_FIX)
-    if os.path.lexists(path / "tokenizer_config.json"):
-        read_json(path / "tokenizer_config.json", limit=16 * MiB, fix=TOKENIZER_FIX)
 
 
 def load_tokenizer(folder: str | Path):
@@ -328,7 +316,7 @@ def load_tokenizer(folder: str | Path):
     the file changes).
     """
     path = Path(folder) / "tokenizer.json"
-    check_regular(path, limit=TOKENIZER_LIMIT, fix=TOKENIZER_FIX, empty=False)
+    check_folder(path.parent, {"tokenizer.json": TOKENIZER_FILES["tokenizer.json"]}, TOKENIZER_FIX)
     return _parsed_tokenizer(str(path), path.stat().st_mtime_ns)
 
 
@@ -350,6 +338,76 @@ def _parsed_tokenizer(path: str, mtime_ns: int):
 def tokenizer_vocab_size(folder: Path) -> int:
     """Tokens the tokenizer can produce (base vocabulary plus added tokens)."""
     return load_tokenizer(folder).get_vocab_size()
+
+
+def tokenizer_identity(folder: str | Path) -> dict[str, Any]:
+    """What makes two tokenizers produce the same ids: tokenizer.json's bytes and the
+    BOS/EOS ids torchtitan's tokenizer derives (from tokenizer_config.json too)."""
+    folder = Path(folder).absolute()
+    # (a run plans more than once: remembered while the files stay as they were)
+    stamps = tuple(
+        (p.stat().st_mtime_ns, p.stat().st_size) if p.exists() else None
+        for p in (folder / "tokenizer.json", folder / "tokenizer_config.json")
+    )
+    return dict(_identity(str(folder), stamps))
+
+
+@functools.lru_cache(maxsize=8)
+def _identity(folder: str, stamps: tuple) -> tuple[tuple[str, Any], ...]:
+    from torchtitan.components.tokenizer import HuggingFaceTokenizer
+
+    tokenizer = HuggingFaceTokenizer(tokenizer_path=folder)
+    return (
+        ("sha256", sha256_of(Path(folder) / "tokenizer.json")),
+        ("vocab_size", tokenizer.get_vocab_size()),
+        ("bos_id", tokenizer.bos_id),
+        ("eos_id", tokenizer.eos_id),
+    )
+
+
+def check_same_tokenizer(
+    tokenizer_dir: str | Path, recorded: dict[str, Any], corpus: str | Path
+) -> None:
+    """A prepared ``corpus`` holds the ids of the tokenizer in ``tokenizer_dir`` (its
+    manifest ``recorded`` the one it was tokenized with), or one line says which."""
+    folder = Path(corpus).expanduser()
+    have = tokenizer_identity(tokenizer_dir)
+    differs = [k for k in ("sha256", "bos_id", "eos_id") if recorded.get(k) != have[k]]
+    if differs:
+        raise ConfigError(
+            f"prepared corpus {folder} was tokenized with another tokenizer than this "
+            f"run's {tokenizer_dir} ({', '.join(differs)} differ; it was prepared with "
+            f"{recorded.get('path')}): train with --tokenizer set to that one, or prepare "
+            f"the corpus again with --tokenizer {tokenizer_dir}"
+        )
+
+
+def run_tokenizer(
+    source: str | None,
+    *,
+    checkpoint: Path | None,
+    vocab_size: int,
+    model: str,
+    prepared: tuple[str, dict[str, Any]] | None = None,
+) -> Path:
+    """The tokenizer a run uses: ``source`` (``--tokenizer``), else the ``checkpoint``
+    folder's own, else ours; its ids must fit the model's embedding (``vocab_size``
+    rows; ``model``: where that shape comes from), and a ``prepared`` corpus (its name
+    and recorded tokenizer) must hold this tokenizer's ids."""
+    if source is None and checkpoint is not None and (checkpoint / "tokenizer.json").exists():
+        source = str(checkpoint)
+    tokenizer_dir = resolve_tokenizer(source)
+    n_tokens = tokenizer_vocab_size(tokenizer_dir)
+    if n_tokens > vocab_size:
+        raise ConfigError(
+            f"the tokenizer in {tokenizer_dir} has {n_tokens} tokens but the model's "
+            f"embedding has {vocab_size} rows ({model}); ids past {vocab_size - 1} would "
+            "index out of range: use the model's own tokenizer or a model with a larger "
+            "vocabulary"
+        )
+    if prepared is not None:  # its ids are this tokenizer's
+        check_same_tokenizer(tokenizer_dir, prepared[1], prepared[0])
+    return tokenizer_dir
 
 
 #: the hub clients' offline switches read at import: (module, attribute)

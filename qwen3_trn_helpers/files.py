@@ -213,6 +213,21 @@ def _json_kind(value: Any) -> str:
     ]
 
 
+def check_folder(folder: str | Path, files: dict[str, tuple[int, bool]], fix: str) -> None:
+    """Look first at the files a library will open in ``folder`` (tokenizers' and
+    torchtitan's in a tokenizer folder): each of ``files`` that is there, by name ->
+    (its largest size, whether it must be a JSON object), must be a regular non-empty
+    file of at most that size, and a JSON object where asked; else one line naming it.
+    (A FIFO tokenizer.json had made them wait forever; an empty tokenizer_config.json
+    ended in ``unexpected JSONDecodeError``.)"""
+    for name, (limit, json_object) in files.items():
+        path = Path(folder) / name
+        if os.path.lexists(path):
+            check_regular(path, limit=limit, fix=fix, empty=False)
+            if json_object:
+                read_json(path, limit=limit, fix=fix)
+
+
 def read_lines(
     path: str | Path, *, fix: str, line_limit: int
 ) -> Iterator[tuple[int, bytes | None]]:

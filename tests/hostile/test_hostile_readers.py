@@ -167,6 +167,13 @@ def _smoke_run(d: Path, content: str):
     return lambda: training_memory(d)
 
 
+def _save_log(d: Path, content: str):
+    from qwen3_trn_helpers.training.save_log import SAVE_LOG, measured_write_mb_s
+
+    plant(d / "checkpoint" / SAVE_LOG, content, line=True)
+    return lambda: measured_write_mb_s(d)
+
+
 def _summary(d: Path, content: str):
     from qwen3_trn_helpers.lessons.aws_stack import ours_step1
 
@@ -195,6 +202,7 @@ READERS: dict[str, tuple[Callable, object]] = {
     "manifest.json (a wheelhouse's)": (_wheelhouse, REFUSED),
     "calibration.json (the planner's)": (_calibration, lambda r: r is True),
     "summary.json (reproduce's)": (_summary, lambda r: r == {}),
+    "the checkpoint saves' log (the save timings)": (_save_log, lambda r: r is None),
 }  # fmt: skip
 
 #: what a metrics file's bad content is: refused (not a file to read), or lines passed
