@@ -16,7 +16,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from .assets import hub_offline
-from .errors import Interrupted, Qwen3TrnError, Terminated, terminate_on_sigterm
+from .errors import Interrupted, Qwen3TrnError, Terminated, cli_face, terminate_on_sigterm
 from .ops.cli import (
     OPS_COMMANDS,
     add_data_parser,
@@ -258,6 +258,11 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with cli_face():  # an error names --flags here; in Python, the arguments (errors.py)
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     for stream in (sys.stdout, sys.stderr):
         # a terminal that cannot show a character (PYTHONIOENCODING=ascii, a C locale)

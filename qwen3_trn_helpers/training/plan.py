@@ -21,6 +21,7 @@ Cheap to import: no torch.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -150,9 +151,34 @@ class Plan:
 
     def with_layout(self, **degrees: int) -> Plan:
         """This plan with other parallel degrees (``plan.with_layout(tp=8)``): a what-if
-        for the memory lessons, the world laid out again."""
+        for the memory lessons, the world laid out again (FSDP takes what is left).
+
+        A layout no run could train is refused here, as planning refuses it: the memory
+        arithmetic of a TP that does not divide the heads would be numbers without a
+        warning (notebook 04's exercise 1 asks for TP 16 on a model of 8 key/value heads).
+        """
+        call = f"with_layout({', '.join(f'{k}={v!r}' for k, v in degrees.items())})"
+        unknown = sorted(set(degrees) - {"tp", "dp_replicate"})
+        if unknown:
+            raise ConfigError(f"{call}: {', '.join(unknown)} is not a degree it sets; pass tp "
+                              "or dp_replicate (FSDP takes the ranks they leave)")  # fmt: skip
+        for name, value in degrees.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{call}: {name} must be a positive integer")
         layout = dataclasses.replace(self.layout, **degrees)
-        return dataclasses.replace(self, layout=layout.over(self.world_size, layout.dp_replicate))
+        world, replicas, tp = self.world_size, layout.dp_replicate, layout.tp
+        if world % replicas:
+            raise ConfigError(f"{call}: dp_replicate {replicas} must divide the plan's {world} "
+                              "ranks")  # fmt: skip
+        heads = math.gcd(self.shape.n_heads, self.shape.n_kv_heads)
+        fitting = [t for t in range(1, heads + 1) if heads % t == 0 and world // replicas % t == 0]
+        if tp not in fitting:
+            raise ConfigError(
+                f"{call}: tp {tp} must divide the {world // replicas} ranks of a replica and "
+                f"the model's {self.shape.n_heads} query and {self.shape.n_kv_heads} key/value "
+                f"heads; use tp={', '.join(map(str, fitting))}"
+            )
+        return dataclasses.replace(self, layout=layout.over(world, replicas))
 
     def memory(self, lnc: int | None = None):
         """Per-rank memory estimate of this plan (training/memory.py), at ``lnc``

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..device import DEVICE_TYPES
-from ..errors import ConfigError
+from ..errors import ConfigError, register_options
 from ..files import check_folder_name
 from ..model.presets import PRESETS
 from ..model.variants import VARIANTS
@@ -379,6 +379,23 @@ class RunSpec:
             flag = "--" + f.name.replace("_", "-")
             argv += [flag] if value is True else [flag, str(value)]
         return argv
+
+
+def _option_words() -> dict[str, tuple[str, bool, tuple[str, ...]]]:
+    """Each RunSpec field as errors.py names it: its flag (as runs/arguments.py makes it),
+    its argument, whether it stands alone (a bool; ``--resume`` without ``auto``), and
+    the words it takes as values."""
+    words = {}
+    for f in fields(RunSpec):
+        alone = f.type == "bool" or "optional_value" in f.metadata
+        values = tuple(f.metadata.get("choices", ())) + tuple(
+            [f.metadata["optional_value"]] if "optional_value" in f.metadata else []
+        )
+        words["--" + f.name.replace("_", "-")] = (f.name, alone, values)
+    return words
+
+
+register_options(_option_words())
 
 
 def implied_variant(preset: str | None) -> str:

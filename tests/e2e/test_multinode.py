@@ -573,9 +573,9 @@ def test_slurm_script_for_trn2(tmp_path):
     cpu = slurm_script(spec.replace(device="cpu", checkpoint_interval=5), on_trn2=False)
     assert "FI_PROVIDER" not in cpu and "--exclusive" not in cpu
     assert "--checkpoint-interval 5 " in cpu
-    with pytest.raises(ConfigError, match="--nnodes 2 or more"):
+    with pytest.raises(ConfigError, match="nnodes=2 or more"):
         slurm_script(spec.replace(nnodes=1), on_trn2=True)
-    with pytest.raises(ConfigError, match="drop --overwrite"):
+    with pytest.raises(ConfigError, match="drop overwrite=True"):
         slurm_script(spec.replace(overwrite=True), on_trn2=True)
 
 

@@ -251,7 +251,7 @@ def test_keep_checkpoints_keeps_the_newest_and_hashes_shards_as_written(tmp_path
         recorded = (shard.parent / (shard.name + ".sha256")).read_text()
         assert recorded == hashlib.sha256(shard.read_bytes()).hexdigest()
         assert (shard.parent / SETTINGS).is_file()
-    with pytest.raises(ConfigError, match="--keep-checkpoints 2 or more"):
+    with pytest.raises(ConfigError, match="keep_checkpoints=2 or more"):
         RunSpec(keep_checkpoints=1)
 
 

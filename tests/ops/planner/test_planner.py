@@ -251,23 +251,24 @@ def test_plan_measure_times_two_candidates_on_this_cpu(capsys):
 
 
 def test_the_planner_beside_awss_recipes():
-    """Notebook 04's anchors: AWS's layouts are among the candidates, so the planner's
-    choice is estimated at least as fast, and a difference comes with its reason."""
+    """Notebook 05's anchors: AWS's layouts at AWS's own batch (local batch 1, no
+    accumulation), the planner's choice at that batch estimated at least as fast, a
+    difference with its reason, and HSDP for every model at 16 nodes."""
     from qwen3_trn_helpers.lessons import planner_anchors
 
     rows = planner_anchors()
-    assert [(r["model"], r["nodes"]) for r in rows] == [
-        ("Qwen3-4B", 1), ("Qwen3-30B-A3B", 1), ("Qwen3-30B-A3B", 2)
+    assert [(r["model"], r["nodes"], r["global batch"]) for r in rows] == [
+        ("Qwen3-4B", 1, 16), ("Qwen3-30B-A3B", 1, 64), ("Qwen3-30B-A3B", 2, 128),
+        ("Qwen3-4B", 16, 256), ("Qwen3-30B-A3B", 16, 1024),
     ]  # fmt: skip
-    assert rows[0]["recipe's layout"].startswith("TP 4 x FSDP 16, AC selective")
-    assert rows[1]["recipe's layout"].startswith("FSDP 64, AC full")
+    # AWS's recipe as AWS ran it: no microbatches (the label would say so)
+    assert rows[0]["recipe's layout"] == "TP 4 x FSDP 16, AC selective, local batch 1"
+    assert rows[1]["recipe's layout"] == "FSDP 64, AC full, local batch 1"
     assert rows[2]["recipe's layout"].startswith("HSDP 2 x (FSDP 64), AC full")
-    # AWS published one-node layouts only: the 2-node row is the presets' HSDP rule
-    assert [r["recipe"] for r in rows] == [
-        "AWS's",
-        "AWS's",
-        "preset rule: AWS's 1-node layout, HSDP",
-    ]
+    # AWS published one-node layouts only: the other rows are the presets' HSDP rule
+    assert [r["recipe"] for r in rows] == ["AWS's"] * 2 + [
+        "preset rule: AWS's 1-node layout, HSDP"
+    ] * 3
     # 30B-A3B's recipe needs 21.1 GiB of a core's 21.6 usable: train accepts it, the
     # planner's 10% headroom does not (on one node nothing fits it)
     assert rows[1]["planner's layout"] == "-" and "headroom" in rows[1]["why they differ"]
@@ -275,6 +276,14 @@ def test_the_planner_beside_awss_recipes():
     row = rows[0]
     assert row["planner tokens/s (est.)"] >= row["recipe tokens/s (est.)"]
     assert "slower" in row["why they differ"] or "ties" in row["why they differ"]
+    # what notebook 05's prose says of them: the 4B keeps TP 4 and skips recompute; at
+    # 16 nodes every planner layout has replicas (HSDP)
+    recipe, best = rows.choices[0]
+    assert (recipe.tp, best.tp, recipe.activation_checkpoint, best.activation_checkpoint) == (
+        4, 4, "selective", "none"
+    )  # fmt: skip
+    sixteen = [best for (_, best), r in zip(rows.choices, rows, strict=True) if r["nodes"] == 16]
+    assert len(sixteen) == 2 and all(best.dp_replicate > 1 for best in sixteen)
 
 
 # ------------------------------------------------------------ issue 30: a planner to trust
