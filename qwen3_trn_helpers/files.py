@@ -282,8 +282,8 @@ def check_folder_name(path: str | Path, flag: str) -> None:
         shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
         bad = text[e.start].encode("utf-8", "surrogateescape").hex()
         raise ConfigError(
-            f"{flag} '{shown}' holds bytes that are not UTF-8 text (0x{bad}); the run's "
-            "records name their folder as text: choose a name in UTF-8"
+            f"{flag} '{shown}' holds bytes that are not UTF-8 text (0x{bad}); what the "
+            "package writes there names the folder as text: choose a name in UTF-8"
         ) from None
     if "\0" in text:
         raise ConfigError(f"{flag} {text!r} holds a NUL character; choose another name")
