@@ -210,6 +210,16 @@ def measure_rank_state(trainer) -> tuple[int, int, int, list[dict[str, Any]]]:
     return total, local, nbytes, shards
 
 
+# Sharded dry runs built in this process. torch 2.14 caches DTensor redistribution plans
+# and specs keyed by mesh *equality* (torch/distributed/tensor/_redistribute.py's
+# _gen_transform_infos, _collective_utils.MeshTopoInfo.build_from_mesh, the sharding
+# propagator); a second build of an equal fake world gets the first build's mesh
+# object back and FSDP refuses it ("Expected param's DTensor mesh to be the same mesh
+# passed to fully_shard"), even with those caches cleared. So the second sharded dry
+# run in one process (a notebook cell run twice) runs in a child.
+_SHARDED_BUILDS = 0
+
+
 def dry_run(
     spec: RunSpec,
     *,
@@ -228,11 +238,14 @@ def dry_run(
     trn2 (or with ``isolate=True``) the dry run happens in a child process, so a
     notebook kernel never builds a trainer itself.
     """
+    global _SHARDED_BUILDS
     from ..model.config_check import within
     from ..runs import child
 
     if layers is not None:  # (1,000,000 layers had built for minutes without a word)
         within("num_hidden_layers", layers, "--layers")
+    if isolate is None and _SHARDED_BUILDS:
+        isolate = True
     if child.isolated(isolate):
         return child.call(dry_run, spec, layers=layers, step_seq_len=step_seq_len, isolate=False)
     from ..training.patches import fsdp_table_parameters
@@ -264,6 +277,7 @@ def dry_run(
             here, out, comm_mode="fake_backend", metrics_file="", keep_freed_memory=False
         ) as trainer:
             built = time.perf_counter()
+            _SHARDED_BUILDS += trn2.world_size > 1
             trainer.train()
             stepped = time.perf_counter()
             total, local, nbytes, shards = measure_rank_state(trainer)

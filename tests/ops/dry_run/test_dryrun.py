@@ -58,3 +58,25 @@ def test_a_one_rank_preset_is_also_set_beside_this_machines_memory(capsys):
     assert report["params_per_rank"] == report["params_total"]
     assert report["machine_gib"] > 1 and report["fits_machine"] is True
     assert report["measured_state_gib"] == pytest.approx(report["estimated_state_gib"], rel=0.01)
+
+
+def test_a_dry_run_twice_in_one_process(monkeypatch):
+    """A notebook cell run twice: the second sharded build of an equal fake world got
+    the first build's mesh back from torch's DTensor caches, and FSDP refused it (CI:
+    "Expected param's DTensor mesh to be the same mesh passed to fully_shard"). The
+    second one now runs in a child and reports the same layout."""
+    from qwen3_trn_helpers.ops import dry_run as module
+    from qwen3_trn_helpers.training.spec import RunSpec
+
+    from qwen3_trn_helpers.runs import child
+
+    children, real_call = [], child.call
+    monkeypatch.setattr(module, "_SHARDED_BUILDS", 0)  # whatever ran before in this worker
+    monkeypatch.setattr(child, "call", lambda *a, **k: children.append(a) or real_call(*a, **k))
+    spec = RunSpec(preset="4b")
+    first = module.dry_run(spec, layers=1)
+    second = module.dry_run(spec, layers=1)
+    assert len(children) == 1  # the second one (and only it) in a child
+    layout = (first.plan.world_size, first.plan.tp)
+    assert (second.plan.world_size, second.plan.tp) == layout == (64, 4)
+    assert second.params_per_rank == first.params_per_rank
