@@ -66,12 +66,11 @@ def test_a_dry_run_twice_in_one_process(monkeypatch):
     "Expected param's DTensor mesh to be the same mesh passed to fully_shard"). The
     second one now runs in a child and reports the same layout."""
     from qwen3_trn_helpers.ops import dry_run as module
+    from qwen3_trn_helpers.runs import child
     from qwen3_trn_helpers.training.spec import RunSpec
 
-    from qwen3_trn_helpers.runs import child
-
     children, real_call = [], child.call
-    monkeypatch.setattr(module, "_SHARDED_BUILDS", 0)  # whatever ran before in this worker
+    module._SHARDED_BUILDS = 0  # as if first (left as counted: the process built two)
     monkeypatch.setattr(child, "call", lambda *a, **k: children.append(a) or real_call(*a, **k))
     spec = RunSpec(preset="4b")
     first = module.dry_run(spec, layers=1)
