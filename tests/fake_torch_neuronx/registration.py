@@ -5,8 +5,9 @@ Uses torch's Python route for an out-of-tree backend
 (``torch.utils.backend_registration._setup_privateuseone_for_python_backend``), as
 lessons/toy_device.py does: torch then reports the device as torch-neuronx's C++
 registration makes it report (``torch.accelerator``, ``_get_available_device_type``).
-No operator has a kernel: a tensor made on ``neuron`` fails, which is where the double
-stops ("as far as our code goes before tensors are made").
+No operator has a kernel unless the CPU fallback is on (cpu_fallback.py): without it a
+tensor made on ``neuron`` fails, which is where the double stops ("as far as our code
+goes before tensors are made").
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def autoload() -> None:
     )
     if dist.is_available():
         # torch-neuronx registers its ProcessGroupNeuron under the name "neuron" for the
-        # device "neuron" (distributed/backend.py, _register_neuron_backend)
+        # device "neuron" (distributed/backend.py:53-58, run at import, :65)
         dist.Backend.register_backend(
             "neuron", process_group.create_neuron_process_group, devices=["neuron"]
         )
