@@ -17,6 +17,7 @@ from ..errors import ConfigError
 # a student's share of a trn2 is read in planning (training/class_share.py); its names
 # stay importable from here, where the launch reads them
 from ..training.class_share import CLASS_SLICE_ENV as CLASS_SLICE_ENV
+from ..training.class_share import RANK_CORE_ENV
 from ..training.class_share import with_class_slice as with_class_slice
 from ..training.spec import RunSpec
 from ..trn2 import DEFAULT_LNC
@@ -42,22 +43,22 @@ def one_process_share_environment(env: dict[str, str]) -> dict[str, str]:
 
 
 def confine_rank_to_its_core(spec: RunSpec, environ: dict[str, str] | None = None) -> str:
-    """In a rank torchrun started: ``NEURON_RT_VISIBLE_CORES`` = the slice's first + LOCAL_RANK.
+    """In a rank torchrun started: its core is the slice's first + LOCAL_RANK.
 
     torchrun gives every rank the same environment, so a per-rank value can only be set
-    inside the rank. The Neuron runtime reads the variable when it starts (the Neuron
-    runtime configuration guide: each process reserves the cores it names), and
-    torch-neuronx fills it with LOCAL_RANK only while it is unset; so this runs first
-    thing in the rank, before torch (which autoloads torch-neuronx) is imported. With
-    ``--neuron-cores 8-15`` rank i gets core 8 + i: the same one-core-per-rank layout
-    torch-neuronx makes by default, moved to the class member's slice. Returns the core.
+    inside the rank. It is kept in :data:`RANK_CORE_ENV` and becomes
+    ``NEURON_RT_VISIBLE_CORES`` only as the rank's process group starts
+    (training/class_share.py ``claim_rank_core`` says why: set earlier, torchtitan puts
+    every rank on ``neuron:0``). With ``--neuron-cores 8-15`` rank i gets core 8 + i:
+    the same one-core-per-rank layout torch-neuronx makes by default, moved to the class
+    member's slice. Returns the core.
     """
     environ = os.environ if environ is None else environ
     from ..trn2 import rank_visible_core
 
     spec.core_slice()  # the slice must hold exactly this node's ranks
     core = rank_visible_core(spec.neuron_cores, int(environ.get("LOCAL_RANK", "0")))
-    environ["NEURON_RT_VISIBLE_CORES"] = core
+    environ[RANK_CORE_ENV] = core
     return core
 
 
@@ -109,12 +110,13 @@ def share_torchrun_prefix(nproc: int, env: dict[str, str] | None = None) -> list
     """torchrun flags that start each rank inside the class's share, or [] without one.
 
     For a torchrun whose ranks are not ``qwen3-trn train`` (the smoke ladder's raw
-    collectives, torchtitan's own entry point): torchrun gives every rank the same
-    environment, so each rank sets its own core in a one-line shell before Python
-    starts (torchrun's ``--no-python``): the share's first core + LOCAL_RANK, the
-    layout :func:`confine_rank_to_its_core` makes for our own ranks. Put it where
-    torchrun expects its script; the caller's ``-m module args`` follow as the
-    interpreter's arguments.
+    collectives, torchtitan's own entry point on our config registry): torchrun gives
+    every rank the same environment, so each rank names its own core in a one-line
+    shell before Python starts (torchrun's ``--no-python``): the share's first core +
+    LOCAL_RANK, the layout :func:`confine_rank_to_its_core` makes for our own ranks,
+    claimed by the rank as its process group starts (``claim_rank_core``: our trainer
+    and the collectives rung do). Put it where torchrun expects its script; the
+    caller's ``-m module args`` follow as the interpreter's arguments.
     """
     env = os.environ if env is None else env
     share = env.get(CLASS_SLICE_ENV)
@@ -131,5 +133,5 @@ def share_torchrun_prefix(nproc: int, env: dict[str, str] | None = None) -> list
             f"this step starts {nproc} ranks but your share of the trn2 ({CLASS_SLICE_ENV}="
             f"{share}) holds {len(cores)} NeuronCores: ask for a share of {nproc} or more"
         )
-    line = f'export NEURON_RT_VISIBLE_CORES=$(( {cores.start} + LOCAL_RANK )); exec "$@"'
+    line = f'export {RANK_CORE_ENV}=$(( {cores.start} + LOCAL_RANK )); exec "$@"'
     return ["--no-python", "bash", "-c", line, "rank", sys.executable]

@@ -148,9 +148,12 @@ class _RunScope:
         return {}
 
     def init_distributed(self):
-        """torchtitan's process group, then: every rank runs the same software."""
+        """torchtitan's process group (a rank of a class's share claims its NeuronCore
+        first, class_share.py), then: every rank runs the same software."""
+        from .class_share import claim_rank_core
         from .ranks import check_same_versions
 
+        claim_rank_core()
         parallel_dims = super().init_distributed()  # type: ignore[misc]
         if self.config.comm.mode == "default":  # type: ignore[attr-defined]
             check_same_versions(self.config.qwen3_trn.settings)  # type: ignore[attr-defined]

@@ -164,8 +164,10 @@ class NeuronDeviceModule:
         ``name`` is the instance family (PlatformUtils.cpp:61-62: "trn2")."""
         import sys
 
-        index = _index(device)
-        index = self.current_device() if index is None else index
+        if device is None:  # neuron.py:300-302: the current device's index
+            index = self.current_device()
+        else:  # a torch.device or string without an index is device 0 (__init__.py:227)
+            index = _index(device) or 0
         if index < 0 or index >= self.device_count():  # __init__.py:231-233
             raise ValueError(f"Invalid device id: {index}")
         start_runtime()  # __init__.py:235-236

@@ -144,14 +144,15 @@ def rung_collectives() -> None:
     backend = (
         "gloo" if device_type == "cpu" else dist.Backend.default_device_backend_map.get(device_type)
     )
+    from ...training.class_share import claim_rank_core
+
+    claim_rank_core()  # in a class's share: this rank's core (runs/neuron_cores.py)
     dist.init_process_group(backend=backend)
     rank, world = dist.get_rank(), dist.get_world_size()
-    if device_type == "cpu":
-        device = torch.device("cpu")
-    else:  # after init_process_group each rank owns one device, index LOCAL_RANK (or
-        # its only one, in a class's share: NEURON_RT_VISIBLE_CORES names one core)
-        seen = getattr(torch, device_type).device_count()
-        device = torch.device(device_type, int(os.environ.get("LOCAL_RANK", "0")) % seen)
+    # after init_process_group each rank owns one device, index LOCAL_RANK (torch-neuronx
+    # distributed/backend.py:303), in a class's share too
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cpu") if device_type == "cpu" else torch.device(device_type, local)
     x = torch.full((4,), float(rank + 1), device=device)
     dist.all_reduce(x)
     expected = world * (world + 1) / 2
