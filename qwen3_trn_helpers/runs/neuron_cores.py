@@ -30,11 +30,12 @@ def one_process_share_environment(env: dict[str, str]) -> dict[str, str]:
     for torch-neuronx to place it by, and the Neuron runtime would reserve every core
     it sees; with a share it gets the share's first core, as a one-rank launch does.
     """
+    from ..trn2 import core_slice, with_neuron_compiler
+
+    env = with_neuron_compiler(env)  # torch-neuronx runs neuronx-cc through PATH
     share = env.get(CLASS_SLICE_ENV)
     if not share:
         return env
-    from ..trn2 import core_slice
-
     try:
         first = core_slice(share).start
     except ValueError as e:
@@ -65,6 +66,10 @@ def confine_rank_to_its_core(spec: RunSpec, environ: dict[str, str] | None = Non
 def neuron_rank_environment(env: dict[str, str], neuron_cores: str | None = None) -> dict[str, str]:
     """What every Neuron rank needs, for training launches and the smoke ladder alike.
 
+    - ``neuronx-cc`` on PATH: torch-neuronx runs it through PATH (NeuronCompiler.cpp:
+      157-159), and setup links it into the venv's bin only; a Jupyter started as
+      ``.venv/bin/jupyter lab`` from a shell without the venv has no compiler there
+      (``trn2.with_neuron_compiler``).
     - The logical-core size is set explicitly: NKI kernels default to LNC 1 while the
       compiler defaults to LNC 2 (a compile error when they differ).
     - NEURON_RT_VISIBLE_CORES is removed: torch-neuronx gives each rank its own core
@@ -87,7 +92,10 @@ def neuron_rank_environment(env: dict[str, str], neuron_cores: str | None = None
         use_package_caches,
     )
 
-    env = dict(env)
+    from ..trn2 import with_neuron_compiler
+
+    env = with_neuron_compiler(dict(env))
+    env.pop(RANK_CORE_ENV, None)  # (each rank names its own, confine_rank_to_its_core)
     env.setdefault("NEURON_LOGICAL_NC_CONFIG", str(DEFAULT_LNC))
     env.setdefault(NEFF_CACHE_LOCK_TIMEOUT_VAR, str(NEFF_CACHE_LOCK_TIMEOUT_S))
     use_package_caches(DEVICES["neuron"], env)
