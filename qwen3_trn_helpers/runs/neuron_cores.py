@@ -79,7 +79,9 @@ def neuron_rank_environment(env: dict[str, str], neuron_cores: str | None = None
       ``neuron_cores`` (``--neuron-cores 8-15``) each rank sets its own core from its
       LOCAL_RANK (:func:`confine_rank_to_its_core`).
     - The NEFF cache's lock timeout covers a full-size first compile (1200 s by
-      default in torch-neuronx; training/compile.py), unless the user set one.
+      default in torch-neuronx; training/compile.py), unless the user set one; the
+      compile locks go to a node-local folder of this user's own, not the one
+      torch-neuronx shares among every user of the node (training/compile.py).
     - The compiled-graph (NEFF) cache folder is set, unless the user or a multi-node
       job script (shared storage, the same folder on every node) already did: the
       package cache's, so every launch on this node reuses what earlier ones compiled
@@ -89,15 +91,17 @@ def neuron_rank_environment(env: dict[str, str], neuron_cores: str | None = None
     from ..training.compile import (
         NEFF_CACHE_LOCK_TIMEOUT_S,
         NEFF_CACHE_LOCK_TIMEOUT_VAR,
+        NEFF_LOCAL_CACHE_VAR,
+        neff_local_cache_dir,
         use_package_caches,
     )
-
     from ..trn2 import with_neuron_compiler
 
     env = with_neuron_compiler(dict(env))
     env.pop(RANK_CORE_ENV, None)  # (each rank names its own, confine_rank_to_its_core)
     env.setdefault("NEURON_LOGICAL_NC_CONFIG", str(DEFAULT_LNC))
     env.setdefault(NEFF_CACHE_LOCK_TIMEOUT_VAR, str(NEFF_CACHE_LOCK_TIMEOUT_S))
+    env.setdefault(NEFF_LOCAL_CACHE_VAR, str(neff_local_cache_dir()))
     use_package_caches(DEVICES["neuron"], env)
     visible = env.pop("NEURON_RT_VISIBLE_CORES", None)
     if visible:

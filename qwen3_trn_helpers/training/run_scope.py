@@ -34,6 +34,7 @@ from .compile import (
     static_shapes,
     use_package_caches,
 )
+from .neuron_faults import neuron_fault
 from .patches import Patch
 from .plan import Plan
 from .stopping import StopRequest
@@ -138,8 +139,11 @@ class _RunScope:
             self.checkpointer.run_settings = options.settings  # type: ignore[attr-defined]
             if options.device.is_cpu and world > 1:
                 force_sum_reduction_for_gloo(self.model_parts)
-        except BaseException:
+        except BaseException as e:
             self._teardown()
+            fault = neuron_fault(e) if options.device.is_trn2 else None
+            if fault is not None:  # torch-neuronx's refusal: one line with the fix
+                raise TrainingError(fault) from None
             raise
 
     @classmethod
@@ -194,6 +198,9 @@ class _RunScope:
             fault = cache_fault(e, cache[1]) if cache is not None else None
             if fault is not None:
                 raise AssetError(fault) from None
+            fault = neuron_fault(e) if self.config.qwen3_trn.device.is_trn2 else None  # type: ignore[attr-defined]
+            if fault is not None:
+                raise TrainingError(f"step {self.step}: {fault}", step=self.step) from None  # type: ignore[attr-defined]
             if not isinstance(e, RuntimeError):
                 raise
             if lost_peer(e):

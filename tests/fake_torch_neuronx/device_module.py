@@ -67,9 +67,7 @@ def vnc_id(index: int) -> int:
     if lws == -1:
         return index
     if index >= lws:  # NeuronDevice.cpp:198-201
-        raise ValueError(
-            f"Device index {index} is out of range. Valid range is 0 to {lws - 1}"
-        )
+        raise ValueError(f"Device index {index} is out of range. Valid range is 0 to {lws - 1}")
     if index < start:  # NeuronDevice.cpp:203-207
         raise ValueError(
             "Attempted to access device that doesn't attach to this process, received "
@@ -90,10 +88,9 @@ def _index(device) -> int | None:
         return None
     if isinstance(device, int):
         return device
-    if isinstance(device, str):
-        import torch
-
-        device = torch.device(device)
+    if isinstance(device, str):  # "neuron", "neuron:1" (as torch.device parses it)
+        _, _, index = device.partition(":")
+        return int(index) if index else None
     return getattr(device, "index", None)
 
 

@@ -50,6 +50,10 @@ def _empty_like_cpu(t: torch.Tensor) -> torch.Tensor:
     return torch.empty(t.shape, dtype=t.dtype)
 
 
+def _flat(groups: list[list[torch.Tensor]]) -> list[torch.Tensor]:
+    return [t for group in groups for t in group]
+
+
 class ProcessGroupNeuron(dist.ProcessGroup):
     """torch-neuronx's ``ProcessGroupNeuron`` (backend.py:407-1574), its collectives on gloo."""
 
@@ -83,10 +87,10 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         return [torch.device("neuron")]
 
     # --- the collectives ---------------------------------------------------------------
-    def _ran(self, name: str, work, results=(), divide: int | None = None):
-        """Wait for gloo's ``work``, copy each (device tensor, CPU result) pair back."""
+    def _ran(self, name: str, work, devices=(), results=(), divide: int | None = None):
+        """Wait for gloo's ``work``, copy each CPU result back into its device tensor."""
         work.wait()
-        for dev, cpu in results:
+        for dev, cpu in zip(devices, results, strict=True):
             dev.copy_(cpu / divide if divide else cpu)
         RAN[name] += 1
         if RAN[name] == 1:
@@ -111,19 +115,19 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         opts = opts or dist.AllreduceOptions()
         sources, divide = self._reduce_op(tensors, opts)
         cpu = [_cpu(t).clone() for t in sources]
-        return self._ran("allreduce", self._fabric.allreduce(cpu, opts), zip(tensors, cpu), divide)
+        return self._ran("allreduce", self._fabric.allreduce(cpu, opts), tensors, cpu, divide)
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts or dist.AllreduceCoalescedOptions()
         sources, divide = self._reduce_op(list(tensors), opts)
         cpu = [_cpu(t).clone() for t in sources]
         work = self._fabric.allreduce_coalesced(cpu, opts)
-        return self._ran("allreduce_coalesced", work, zip(tensors, cpu), divide)
+        return self._ran("allreduce_coalesced", work, tensors, cpu, divide)
 
     def all_gather_single(self, output, input, opts=None):
         cpu_out = _empty_like_cpu(output)
         work = self._fabric._allgather_base(cpu_out, _cpu(input), opts or dist.AllgatherOptions())
-        return self._ran("all_gather_single", work, [(output, cpu_out)])
+        return self._ran("all_gather_single", work, [output], [cpu_out])
 
     _allgather_base = all_gather_single
 
@@ -131,15 +135,14 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         cpu_outs = [[_empty_like_cpu(t) for t in group] for group in outputs]
         work = self._fabric.allgather(cpu_outs, [_cpu(t) for t in inputs],
                                       opts or dist.AllgatherOptions())  # fmt: skip
-        pairs = [(d, c) for ds, cs in zip(outputs, cpu_outs) for d, c in zip(ds, cs)]
-        return self._ran("allgather", work, pairs)
+        return self._ran("allgather", work, _flat(outputs), _flat(cpu_outs))
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         cpu_outs = [_empty_like_cpu(t) for t in outputs]
         work = self._fabric.all_gather_single_coalesced(
             cpu_outs, [_cpu(t) for t in inputs], opts or dist.AllgatherOptions()
         )
-        return self._ran("all_gather_single_coalesced", work, zip(outputs, cpu_outs))
+        return self._ran("all_gather_single_coalesced", work, outputs, cpu_outs)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -148,7 +151,7 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         (source,), divide = self._reduce_op([input], opts)
         cpu_out = _empty_like_cpu(output)
         work = self._fabric._reduce_scatter_base(cpu_out, _cpu(source), opts)
-        return self._ran("reduce_scatter_single", work, [(output, cpu_out)], divide)
+        return self._ran("reduce_scatter_single", work, [output], [cpu_out], divide)
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -159,7 +162,7 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         cpu_in = [[_cpu(next(it)) for _ in group] for group in inputs]
         cpu_outs = [_empty_like_cpu(t) for t in outputs]
         work = self._fabric.reduce_scatter(cpu_outs, cpu_in, opts)
-        return self._ran("reduce_scatter", work, zip(outputs, cpu_outs), divide)
+        return self._ran("reduce_scatter", work, outputs, cpu_outs, divide)
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         opts = opts or dist.ReduceScatterOptions()
@@ -168,32 +171,32 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         work = self._fabric.reduce_scatter_single_coalesced(
             cpu_outs, [_cpu(t) for t in sources], opts
         )
-        return self._ran("reduce_scatter_single_coalesced", work, zip(outputs, cpu_outs), divide)
+        return self._ran("reduce_scatter_single_coalesced", work, outputs, cpu_outs, divide)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     def broadcast(self, tensors, opts=None):
         cpu = [_cpu(t).clone() for t in tensors]
         work = self._fabric.broadcast(cpu, opts or dist.BroadcastOptions())
-        return self._ran("broadcast", work, zip(tensors, cpu))
+        return self._ran("broadcast", work, tensors, cpu)
 
     def reduce(self, tensors, opts=None):
         opts = opts or dist.ReduceOptions()
         sources, divide = self._reduce_op(list(tensors), opts)
         cpu = [_cpu(t).clone() for t in sources]
-        return self._ran("reduce", self._fabric.reduce(cpu, opts), zip(tensors, cpu), divide)
+        return self._ran("reduce", self._fabric.reduce(cpu, opts), tensors, cpu, divide)
 
     def alltoall(self, outputs, inputs, opts=None):
         cpu_outs = [_empty_like_cpu(t) for t in outputs]
         work = self._fabric.alltoall(cpu_outs, [_cpu(t) for t in inputs],
                                      opts or dist.AllToAllOptions())  # fmt: skip
-        return self._ran("alltoall", work, zip(outputs, cpu_outs))
+        return self._ran("alltoall", work, outputs, cpu_outs)
 
     def all_to_all_single(self, output, input, output_splits, input_splits, opts=None):
         cpu_out = _empty_like_cpu(output)
         work = self._fabric.alltoall_base(cpu_out, _cpu(input), output_splits, input_splits,
                                           opts or dist.AllToAllOptions())  # fmt: skip
-        return self._ran("all_to_all_single", work, [(output, cpu_out)])
+        return self._ran("all_to_all_single", work, [output], [cpu_out])
 
     alltoall_base = all_to_all_single
 
@@ -201,14 +204,13 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         cpu_outs = [[_empty_like_cpu(t) for t in group] for group in outputs]
         work = self._fabric.gather(cpu_outs, [_cpu(t) for t in inputs],
                                    opts or dist.GatherOptions())  # fmt: skip
-        pairs = [(d, c) for ds, cs in zip(outputs, cpu_outs) for d, c in zip(ds, cs)]
-        return self._ran("gather", work, pairs)
+        return self._ran("gather", work, _flat(outputs), _flat(cpu_outs))
 
     def scatter(self, outputs, inputs, opts=None):
         cpu_outs = [_empty_like_cpu(t) for t in outputs]
         cpu_in = [[_cpu(t) for t in group] for group in inputs]
         work = self._fabric.scatter(cpu_outs, cpu_in, opts or dist.ScatterOptions())
-        return self._ran("scatter", work, zip(outputs, cpu_outs))
+        return self._ran("scatter", work, outputs, cpu_outs)
 
     def barrier(self, opts=None):
         if dist.get_world_size() != self.size():  # backend.py:1192-1195

@@ -22,7 +22,6 @@ import os
 import socket
 import threading
 import time
-from datetime import timedelta
 from pathlib import Path
 
 _ROOT_SOCKET: socket.socket | None = None

@@ -43,9 +43,11 @@ class _DType(ctypes.Structure):
 
 
 class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _Device), ("ndim", ctypes.c_int),
-                ("dtype", _DType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]  # fmt: skip
+    _fields_ = [
+        ("data", ctypes.c_void_p), ("device", _Device), ("ndim", ctypes.c_int),
+        ("dtype", _DType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64),
+    ]  # fmt: skip
 
 
 class _Managed(ctypes.Structure):

@@ -104,13 +104,13 @@ def test_full_size_rung_asks_for_c4_and_the_checkpoint_when_it_can():
 
 
 def test_full_size_rung_expects_what_its_flags_ask_for():
-    rung = next(r for r in smoke._rungs(full_size=True) if r.name == "4b_native_64ranks")
+    rung = next(r for r in smoke.ladder._rungs(full_size=True) if r.name == "4b_native_64ranks")
     assert "--corpus" not in rung.train  # the preset's own corpus: C4
     online = smoke.Rung(**{**rung.__dict__, "train": (*rung.train, "--init", "pretrained")})
     assert smoke.expectation(online, on_neuron=True) == TrainingCheck(2, True, "c4", "pretrained")
     offline = smoke.Rung(**{**rung.__dict__, "train": (*rung.train, "--corpus", "embedded")})
     assert smoke.expectation(offline, on_neuron=True).corpus == "embedded"
-    tiny = next(r for r in smoke._rungs(full_size=False) if r.name == "tiny_native_2ranks")
+    tiny = next(r for r in smoke.ladder._rungs(full_size=False) if r.name == "tiny_native_2ranks")
     assert smoke.expectation(tiny, on_neuron=False) == TrainingCheck(3, False)
 
 
@@ -122,7 +122,7 @@ def test_offline_means_no_hub_request(monkeypatch):
 
     monkeypatch.setattr(urllib.request, "urlopen", no_network)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert smoke._hub_online() is False
+    assert smoke.checks._hub_online() is False
 
 
 # --- spmd_backend ---------------------------------------------------------------------
