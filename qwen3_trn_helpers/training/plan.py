@@ -28,6 +28,7 @@ from ..model.shapes import Qwen3Shape
 from ..model.variants import VARIANTS, Variant
 from ..trn2 import PLANNING_HEADROOM
 from .spec import RunSpec
+from .trn2_choices import default_spmd_backend, plan_lines
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,7 @@ class Plan:
                 if self.mixed_precision != self.spec.mixed_precision
                 else {}
             ),
+            **plan_lines(self),  # trn2: the choices AWS's documents decide
         }
 
 
@@ -589,7 +591,9 @@ def plan_run(
         mixed_precision=_mixed_precision_here(spec, device) if here else spec.mixed_precision,
         seed=spec.seed,
         compile=spec.compile,
-        spmd_backend=spec.spmd_backend,
+        spmd_backend=(
+            default_spmd_backend(device) if spec.spmd_backend == "auto" else spec.spmd_backend
+        ),
         moe_impl=spec.moe_impl,
         tensorboard=spec.tensorboard,
         checkpoint_interval=spec.checkpoint_interval,

@@ -107,6 +107,18 @@ class Ladder:
     def passed(self) -> bool:
         return all(r.status in ("pass", "skip") for r in self.rungs)
 
+    def choices(self) -> list[dict]:
+        """The trn2 path's never-run choices (training/trn2_choices.py), each with the
+        rungs of this climb that exercised it and how they ended ("not run": none)."""
+        from ...training.trn2_choices import CHOICES
+
+        status = {r.name: r.status for r in self.rungs}
+        return [
+            {"choice": name, "rungs": {n: status.get(n, "not run") for n in rungs},
+             "ran": any(status.get(n) in ("pass", "fail") for n in rungs)}
+            for name, rungs in CHOICES
+        ]  # fmt: skip
+
     def to_json(self) -> dict:
         return {
             "rungs": [
@@ -117,7 +129,8 @@ class Ladder:
                     or (k == "memory" and v is not None)
                 }
                 for r in self.rungs
-            ]
+            ],
+            "trn2_choices": self.choices(),
         }
 
 
@@ -221,6 +234,10 @@ def run_ladder(
             print(line + (f"\n      fix: {rung.fix}" if rung.status == "fail" else ""), flush=True)
     from ...training.metrics_file import strict_json
 
+    if echo and on_neuron:  # which of the trn2 path's never-run choices this climb ran
+        for choice in ladder.choices():
+            said = ", ".join(f"{n} {s}" for n, s in choice["rungs"].items())
+            print(f"choice {'ran' if choice['ran'] else 'not run':<7} {choice['choice']} ({said})")
     (out / "smoke.json").write_text(strict_json(ladder.to_json(), indent=2))
     return ladder
 
