@@ -247,6 +247,20 @@ def rung_nki_moe_kernel() -> None:
 
     if detect_device_type() != "neuron":
         _skip("needs a NeuronCore (the NKI kernels run only on Trainium)")
+    for module in (
+        "nki",
+        "nkilib.core.moe.moe_cte.moe_cte",
+        "nkilib.experimental.moe.bwd.blockwise_mm_backward",
+        "torch_neuronx.nki_hop",
+    ):
+        try:  # (what model/nki_moe.py imports on first use)
+            __import__(module)
+        except Exception as e:  # one line, not a traceback from inside the op's build
+            print(
+                f"fail: the NKI MoE kernels cannot load: {module} ({type(e).__name__}: {e}); "
+                "nki, nki-library and torch-neuronx's NKI bridge come with the Neuron venv"
+            )
+            sys.exit(1)  # fmt: skip
     worst = 0.0
     for experts, top_k, tokens in ((4, 2, 256), (128, 8, 256), (128, 8, 4096)):
         err, name = _nki_vs_reference(experts, top_k, tokens)
