@@ -141,6 +141,15 @@ class NeuronDeviceModule:
     def manual_seed_all(self, seed: int) -> None:
         pass
 
+    def manual_seed(self, seed: int) -> None:
+        pass
+
+    def get_amp_supported_dtype(self) -> list:
+        """torch_neuronx/neuron.py:80-84 (what torch.autocast asks the device module)."""
+        import torch
+
+        return [torch.float32, torch.float16, torch.bfloat16]
+
     def synchronize(self, device=None) -> None:
         pass
 

@@ -15,8 +15,9 @@ the storage dies: that is when the allocator's bytes are freed (NeuronCachingAll
 
 A limit of the route, not of torch-neuronx: the autograd engine keeps one ready queue per
 device index the Python device guard reports (always 1), so backward on ``neuron:1``
-needs autograd's multithreading off, which torchtitan 0.3.0 turns off itself
-(torchtitan/distributed/utils.py:474-477).
+needs autograd's multithreading off; the double turns it off in the main thread as it
+loads (registration.py), as torchtitan 0.3.0 does itself (torchtitan/distributed/
+utils.py:474-477).
 """
 
 from __future__ import annotations
