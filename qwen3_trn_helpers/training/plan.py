@@ -592,7 +592,9 @@ def plan_run(
         seed=spec.seed,
         compile=spec.compile,
         spmd_backend=(
-            default_spmd_backend(device) if spec.spmd_backend == "auto" else spec.spmd_backend
+            default_spmd_backend(device, variant)
+            if spec.spmd_backend == "auto"
+            else spec.spmd_backend
         ),
         moe_impl=spec.moe_impl,
         tensorboard=spec.tensorboard,

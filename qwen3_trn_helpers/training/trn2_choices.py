@@ -15,7 +15,9 @@ from what AWS documents for TorchTitan on Trainium, and said in the plan.
    641b5f6, 2026-06-06) and its ``spmd_types`` default (5ab3a0f, 2026-08-18). So on trn2
    a run takes ``full_dtensor`` ("the existing full DTensor path", torchtitan
    config/configs.py:163-172); ``spmd_types`` (upstream's default) is opt-in with
-   ``--spmd-backend spmd_types``. Elsewhere upstream's default stays.
+   ``--spmd-backend spmd_types``. Elsewhere upstream's default stays, and so does the
+   ``transformers_v5`` variant everywhere: torchtitan's transformers backend takes no
+   other (experiments/transformers_modeling_backend/parallelize.py:115-120).
 3. and 4. The MoE experts of the ``nki_moe`` variant on trn2: nki-library's ``moe_cte``
    forward and its backward ``blockwise_mm_bwd``, which AWS's API reference marks
    "[Experimental]" (nki/library/api/blockwise-mm-backward), with the kernels' numerics
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..device import Device
+    from ..model.variants import Variant
     from .plan import Plan
 
 #: what ``--spmd-backend auto`` (the default) takes on trn2 and elsewhere
@@ -50,8 +53,12 @@ CHOICES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )  # fmt: skip
 
 
-def default_spmd_backend(device: Device) -> str:
+def default_spmd_backend(device: Device, variant: Variant | None = None) -> str:
     """The SPMD backend a run takes unless it names one (choice 2 above)."""
+    from ..model.variants import TransformersV5
+
+    if isinstance(variant, TransformersV5):  # its torchtitan backend takes no other
+        return UPSTREAM_SPMD_BACKEND
     return TRN2_SPMD_BACKEND if device.is_trn2 else UPSTREAM_SPMD_BACKEND
 
 

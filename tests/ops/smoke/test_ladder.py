@@ -144,6 +144,9 @@ def test_spmd_backends_are_torchtitans():
     assert neuron.spmd_backend == "full_dtensor"
     assert neuron.summary()["spmd backend"] == "full_dtensor"
     assert "spmd backend" not in plan_run(RunSpec(), device_type="cpu").summary()
+    # torchtitan's transformers backend takes spmd_types only (its parallelize.py)
+    hf = plan_run(RunSpec(variant="transformers_v5"), device_type="neuron")
+    assert hf.spmd_backend == "spmd_types"
 
 
 def test_spmd_backend_reaches_torchtitans_config():
