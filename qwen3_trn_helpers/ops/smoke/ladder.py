@@ -113,11 +113,13 @@ class Ladder:
         from ...training.trn2_choices import CHOICES
 
         status = {r.name: r.status for r in self.rungs}
-        return [
-            {"choice": name, "rungs": {n: status.get(n, "not run") for n in rungs},
-             "ran": any(status.get(n) in ("pass", "fail") for n in rungs)}
-            for name, rungs in CHOICES
-        ]  # fmt: skip
+        found = []
+        for name, rungs in CHOICES:
+            seen = {n: status.get(n, "not run") for n in rungs}
+            outcome = next((o for o, s in (("ran", "pass"), ("failed", "fail"))
+                            if s in seen.values()), "not run")  # fmt: skip
+            found.append({"choice": name, "rungs": seen, "outcome": outcome})
+        return found
 
     def to_json(self) -> dict:
         return {
@@ -237,7 +239,7 @@ def run_ladder(
     if echo and on_neuron:  # which of the trn2 path's never-run choices this climb ran
         for choice in ladder.choices():
             said = ", ".join(f"{n} {s}" for n, s in choice["rungs"].items())
-            print(f"choice {'ran' if choice['ran'] else 'not run':<7} {choice['choice']} ({said})")
+            print(f"choice {choice['outcome']:<7} {choice['choice']} ({said})")
     (out / "smoke.json").write_text(strict_json(ladder.to_json(), indent=2))
     return ladder
 

@@ -308,8 +308,9 @@ def test_smoke_json_says_which_trn2_choices_ran():
                Rung("nki_moe_kernel", "", 1, "", status="skip")]  # fmt: skip
     choices = {c["choice"]: c for c in Ladder(climbed).to_json()["trn2_choices"]}
     compiled = choices["compiled SimpleFSDP through graph_trainer's jit mode"]
-    assert compiled == {"choice": compiled["choice"], "rungs": {"compile": "pass"}, "ran": True}
+    assert compiled == {"choice": compiled["choice"], "rungs": {"compile": "pass"},
+                        "outcome": "ran"}  # fmt: skip
     backward = choices["nkilib's experimental MoE backward (blockwise_mm_bwd)"]
-    assert backward["rungs"] == {"nki_moe_kernel": "skip"} and backward["ran"] is False
+    assert backward["rungs"] == {"nki_moe_kernel": "skip"} and backward["outcome"] == "not run"
     spmd = next(c for name, c in choices.items() if name.startswith("the SPMD backend"))
     assert spmd["rungs"] == {"spmd_backends": "not run", "tiny_native_2ranks": "not run"}
