@@ -163,6 +163,52 @@ def install(device: str = "neuron") -> None:
     torch.library.impl("aten::empty_strided", "privateuseone")(empty_strided)
     torch.library.impl("aten::_copy_from", "privateuseone")(copy_from)
     keep_storage_on_resize(device)
+    to_the_current_device(device)
+
+
+def to_the_current_device(device: str) -> None:
+    """``Tensor.to("neuron")``, ``torch.tensor(..., device="neuron")`` and
+    ``torch.as_tensor`` land on the current device, as torch-neuronx's device guard
+    gives it (NeuronGuardImpl.h:29-31: ``getDevice`` is ``current_device()``).
+
+    torch fills a missing index from the registered guard before ``_to_copy`` runs
+    (``ensure_has_index``, ATen's TensorConversions.cpp; ``torch.tensor`` copies through
+    the same ``to``); the Python route's guard always answers 0 (torch/csrc/acc/
+    Module.cpp ``PythonDeviceGuard::getDevice``), so on rank 1 an object collective's
+    ``tensor.to("neuron")`` or ``torch.tensor([0], device="neuron")`` (distributed_c10d.py
+    ``_object_to_tensor``, ``scatter_object_list``) would land on ``neuron:0``, which
+    torch-neuronx never does. The double gives the index the real guard would, in the
+    three Python calls that reach ``ensure_has_index`` (the factories, ``torch.empty``
+    and the like, pass no index to the allocator, which takes the current device)."""
+    import torch
+
+    original = torch.Tensor.to
+
+    def named(value: Any) -> Any:
+        if isinstance(value, str) and value == device:
+            return torch.device(device, torch.neuron.current_device())  # type: ignore[attr-defined]
+        if isinstance(value, torch.device) and value.type == device and value.index is None:
+            return torch.device(device, torch.neuron.current_device())  # type: ignore[attr-defined]
+        return value
+
+    def to(self, *args: Any, **kwargs: Any) -> Any:
+        args = tuple(named(a) for a in args)
+        if "device" in kwargs:
+            kwargs["device"] = named(kwargs["device"])
+        return original(self, *args, **kwargs)
+
+    torch.Tensor.to = to
+
+    def with_device(factory):
+        def made(*args: Any, **kwargs: Any) -> Any:
+            if "device" in kwargs:
+                kwargs["device"] = named(kwargs["device"])
+            return factory(*args, **kwargs)
+
+        return made
+
+    torch.tensor = with_device(torch.tensor)
+    torch.as_tensor = with_device(torch.as_tensor)
 
 
 def keep_storage_on_resize(device: str) -> None:
