@@ -195,6 +195,11 @@ def to_the_current_device(device: str) -> None:
         args = tuple(named(a) for a in args)
         if "device" in kwargs:
             kwargs["device"] = named(kwargs["device"])
+        if kwargs.get("non_blocking") and self.device.type == device:
+            # to the host without blocking: torch pins the host copy, through the host
+            # allocator torch-neuronx registers (NeuronHooksInterface.h:34-37), which
+            # the Python route's hooks cannot offer; the double copies in order anyway
+            kwargs["non_blocking"] = False
         return original(self, *args, **kwargs)
 
     torch.Tensor.to = to
