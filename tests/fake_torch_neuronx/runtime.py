@@ -31,20 +31,27 @@ class RootCommError(RuntimeError):
     """The Neuron runtime's root communicator cannot form (bind or connect fails)."""
 
 
-def _free_port() -> int:
-    # torch-neuronx's get_free_port: bind port 0, read the port the kernel chose
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+#: the port rank 0 picked, still held (see :func:`set_root_comm_id`)
+_PICKED: socket.socket | None = None
 
 
 def set_root_comm_id(rank: int, store) -> str:
     """torch-neuronx's ``_set_root_comm_id``: a preset NEURON_RT_ROOT_COMM_ID is kept;
     else rank 0 picks a free port and shares it through the store, and every rank
-    uses MASTER_ADDR (default localhost) with it."""
+    uses MASTER_ADDR (default localhost) with it.
+
+    torch-neuronx picks the port by binding port 0 and closing it (``get_free_port``),
+    and the runtime binds it later, in its bootstrap: a window in which another process
+    can take it. The double keeps the socket it picked the port with, listening, until
+    the bootstrap: on a machine where many tests start ranks at once, that window made
+    runs fail for a reason no code of ours decides."""
+    global _PICKED
     if os.environ.get("NEURON_RT_ROOT_COMM_ID") is None:
         if rank == 0:
-            root_port = str(_free_port())
+            _PICKED = socket.socket()
+            _PICKED.bind(("", 0))
+            _PICKED.listen()
+            root_port = str(_PICKED.getsockname()[1])
             store.set("NEURON_RT_PORT", root_port)
         else:
             root_port = store.get("NEURON_RT_PORT").decode("UTF-8")
@@ -81,10 +88,13 @@ def start_root_communicator(rank: int, store, root: str, timeout_s: float = 30.0
             )
             store.set("fake_root", f"fail: {why}")
             raise RootCommError(f"fake_torch_neuronx (Neuron runtime): {why}")
-        server = socket.socket()
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        server.bind((host, int(port)))
-        server.listen()
+        if _PICKED is not None and _PICKED.getsockname()[1] == int(port):
+            server = _PICKED  # (bound to every address of this node, host among them)
+        else:
+            server = socket.socket()
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            server.bind((host, int(port)))
+            server.listen()
         _ROOT_SOCKET = server
 
         def answer() -> None:
