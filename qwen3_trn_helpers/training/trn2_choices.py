@@ -67,12 +67,12 @@ def plan_lines(plan: Plan) -> dict[str, str]:
     if not plan.device.is_trn2:
         return {}
     lines = {"spmd backend": plan.spmd_backend}
-    if plan.compile:
+    if plan.spec.compile:
         lines["compile"] = "SimpleFSDP, graph_trainer jit (AWS's documented path)"
     if plan.shape.is_moe:
         lines["MoE experts"] = (
             "NKI moe_cte + experimental blockwise_mm_bwd where the shape allows"
-            if plan.moe_impl == "blockwise"
+            if plan.spec.moe_impl == "blockwise"
             else "torchtitan grouped_mm (no NKI kernel)"
         )
     return lines
