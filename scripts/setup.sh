@@ -2,7 +2,7 @@
 # One command: local venv, install, offline assets, then the first check of the machine.
 #
 #   scripts/setup.sh                 # everything (CPU: the 10-step walkthrough headless;
-#                                    #   trn2: the smoke ladder, see README)
+#                                    #   trn2: the smoke ladder, see docs/trn2.md)
 #   scripts/setup.sh --install-only  # just the environment (what scripts/test.sh uses)
 #   scripts/setup.sh --cpu-torch     # Linux: PyTorch's CPU-only torch, from its own index
 #                                    #   (QWEN3_TRN_TORCH_INDEX=URL: a mirror of that index)
@@ -114,6 +114,7 @@ py="$VENV/bin/python"
 extras="notebooks,test"
 [ "$site" = 1 ] && extras="$extras,site"  # only for the site step (scripts/test.sh --site)
 constraints=""
+lock=""
 if [ -n "$neuron_site" ]; then
   own_site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
   if [ -d "$own_site/torch" ]; then
@@ -137,6 +138,13 @@ if [ -n "$neuron_site" ]; then
   extras="$extras,neuron"
 else
   extras="cpu,$extras"
+  # the lockfile's pins as constraints: a laptop, CI and the JupyterLab image (which
+  # installs requirements/cpu.lock whole, hashes checked) get the same versions. The
+  # hashes stay out here: one hashed constraint turns on pip's hash checking for the
+  # whole install, and the editable package has no file to hash
+  lock=requirements/cpu.lock
+  constraints="$VENV/cpu-lock-pins.txt"
+  grep -v '^[[:space:]]*--hash=' "$lock" | sed 's/[[:space:]]*\\$//' > "$constraints"
 fi
 
 published=""
@@ -173,7 +181,8 @@ compile_skip='(.+/)?tests?/|transformers/models/(?!auto/|encoder_decoder/|qwen2/
 # install). The stamp holds that hash, then the extras installed.
 stamp="$VENV/.qwen3-trn-installed"
 # (hashed by Python: macOS has no sha256sum)
-want=$({ cat pyproject.toml ${constraints:+"$constraints"}
+want=$({ cat pyproject.toml
+  if [ -n "$lock" ]; then cat "$lock"; elif [ -n "$constraints" ]; then cat "$constraints"; fi
   echo "checkout: $(pwd -P)"
   if [ -n "$torch_index" ]; then echo "torch index: $torch_index"; fi
   if [ -n "$wheelhouse" ]; then cat "$wheelhouse/manifest.json"; fi; } \
@@ -245,9 +254,9 @@ print(next(r for r in cpu if re.match(r'torch\s*==', r)).replace(' ', ''))")
         if ! "$py" -m pip install --quiet $nocompile "$uv_pin"; then
           echo "note: could not install $uv_pin (pip's error above); installing with pip"
         else
-          echo "installing: uv pip install -e .[$extras] (pip's settings passed on)"
+          echo "installing: uv pip install -c $lock -e .[$extras] (pip's settings passed on)"
           if UV_CACHE_DIR=${UV_CACHE_DIR:-$VENV/.uv-cache} "$VENV/bin/uv" pip install \
-              --quiet --python "$py" "${uv_args[@]}" -e ".[$extras]"; then
+              --quiet --python "$py" "${uv_args[@]}" -c "$constraints" -e ".[$extras]"; then
             installed_by=uv
           else
             echo "note: uv could not install it (its error above); trying pip"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import io
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from torch.distributed.checkpoint.filesystem import FileSystem
 from torchtitan.components.checkpointer import CheckpointManager
 
 from ..errors import RunFolderError, TrainingError
+from .save_log import note_save
 
 
 def _root_cause(error: BaseException) -> BaseException:
@@ -169,7 +171,10 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
     # subclasses to override these hooks instead
     def _save(self, curr_step: int, last_step: bool = False) -> bool:
         try:
+            began = time.monotonic()
             saved = super()._save(curr_step, last_step)
+            if saved:  # its seconds to storage, for the next job's sizing (save_log.py)
+                note_save(self, curr_step, began)
             if saved and last_step and last_save_skips_purge():
                 self._purge_stale_checkpoints()  # (torchtitan's thread; close() joins it)
             if saved and self.save_now:

@@ -32,12 +32,11 @@ The ladder's smoke.json says which rung exercised each (ops/smoke/ladder.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..device import Device
     from ..model.variants import Variant
-    from .plan import Plan
 
 #: what ``--spmd-backend auto`` (the default) takes on trn2 and elsewhere
 TRN2_SPMD_BACKEND = "full_dtensor"
@@ -62,17 +61,18 @@ def default_spmd_backend(device: Device, variant: Variant | None = None) -> str:
     return TRN2_SPMD_BACKEND if device.is_trn2 else UPSTREAM_SPMD_BACKEND
 
 
-def plan_lines(plan: Plan) -> dict[str, str]:
-    """The choices a trn2 plan makes, as its summary shows them (nothing elsewhere)."""
+def plan_lines(plan: Any) -> dict[str, str]:
+    """The choices a trn2 plan makes (a training/plan.py ``Plan``, which imports this
+    module), as its summary shows them (nothing elsewhere)."""
     if not plan.device.is_trn2:
         return {}
     lines = {"spmd backend": plan.spmd_backend}
-    if plan.compile:
+    if plan.spec.compile:
         lines["compile"] = "SimpleFSDP, graph_trainer jit (AWS's documented path)"
     if plan.shape.is_moe:
         lines["MoE experts"] = (
             "NKI moe_cte + experimental blockwise_mm_bwd where the shape allows"
-            if plan.moe_impl == "blockwise"
+            if plan.spec.moe_impl == "blockwise"
             else "torchtitan grouped_mm (no NKI kernel)"
         )
     return lines

@@ -65,7 +65,7 @@ def expectation(rung: Rung, on_neuron: bool) -> TrainingCheck:
 def _rungs(full_size: bool) -> list[Rung]:
     rungs = [
         Rung("environment", "Neuron tools and packages", 120,
-             "activate the Neuron venv and run scripts/setup.sh from it (README, On Trainium)"),
+             "activate the Neuron venv and run scripts/setup.sh from it (docs/trn2.md, Install)"),
         Rung("registration", "torch sees `neuron` through PrivateUse1", 300,
              "torch-neuronx 2.14 must be installed in this venv; do not set "
              "TORCH_DEVICE_BACKEND_AUTOLOAD=0"),
@@ -323,7 +323,7 @@ def _climb(
         from ...runs.torchrun import missing_nodes_message
 
         rung.status = "fail"  # (this node came, at least)
-        rung.reason = missing_nodes_message(across, 1) + f" (log: {log})"
+        rung.reason = missing_nodes_message(across, 1, proc.seconds) + f" (log: {log})"
     else:
         rung.status = "fail"
         said = [ln for ln in lines if ln.startswith(("error:", "fail:"))] or lines[-1:]

@@ -53,7 +53,7 @@ def test_quantized_init_weights_are_refused(tmp_path, tiny_hf_checkpoint):
 
 
 def test_a_file_given_as_init_is_named_as_a_file(tiny_hf_checkpoint):
-    with pytest.raises(AssetError, match="is a file; --init takes the checkpoint's folder"):
+    with pytest.raises(AssetError, match="is a file; init takes the checkpoint's folder"):
         check_hf_checkpoint(tiny_hf_checkpoint / "config.json")
 
 

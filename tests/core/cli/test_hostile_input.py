@@ -101,7 +101,7 @@ def test_a_run_larger_than_this_machine_is_refused_with_numbers(monkeypatch, cap
 def test_bad_input_raises_config_error_in_python_too():
     with pytest.raises(ConfigError, match="positive finite"):
         RunSpec(lr=float("nan")).validate()
-    with pytest.raises(ConfigError, match="resume needs --out"):
+    with pytest.raises(ConfigError, match="resume needs out:"):
         RunSpec(resume=True, checkpoint_interval=1).validate()
 
 
