@@ -30,6 +30,7 @@ from unittest import mock
 
 from .checksums import sha256_of
 from .errors import AssetError, ConfigError
+from .files import MiB, check_folder, read_json
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,10 @@ def tokenizer_dir() -> Path:
     return cache_dir() / f"qwen3-tokenizer-v{TOKENIZER_FORMAT}"
 
 
+#: a tokenizer folder's files -> (largest size, a JSON object?): Qwen3's tokenizer.json 11 MiB
+TOKENIZER_FILES = {"tokenizer.json": (512 * MiB, False), "tokenizer_config.json": (16 * MiB, True),
+                   "chat_template.jinja": (16 * MiB, False)}  # fmt: skip
+TOKENIZER_FIX = "copy the tokenizer's files again from its model's folder"
 CHECKSUMS = "checksums.json"  # sha256 of each built file, written when it is built
 
 
@@ -247,7 +252,7 @@ def damaged_files(folder: str, stamp: tuple[int, int]) -> str | None:
     mtime of tokenizer.json) re-checks it only when the file changes."""
     path = Path(folder)
     try:
-        sums = json.loads((path / CHECKSUMS).read_text())
+        sums = read_json(path / CHECKSUMS, limit=MiB, fix="")
     except (OSError, ValueError):
         return f"{CHECKSUMS} is missing or unreadable"
     for name, expected in sums.items():
@@ -299,6 +304,7 @@ def resolve_tokenizer(source: str | Path | None) -> Path:
         )
     if not (path / "tokenizer.json").exists():
         raise AssetError(f"{path} has no tokenizer.json; pass a Hugging Face model folder")
+    check_folder(path, TOKENIZER_FILES, TOKENIZER_FIX)
     return path
 
 
@@ -310,6 +316,7 @@ def load_tokenizer(folder: str | Path):
     the file changes).
     """
     path = Path(folder) / "tokenizer.json"
+    check_folder(path.parent, {"tokenizer.json": TOKENIZER_FILES["tokenizer.json"]}, TOKENIZER_FIX)
     return _parsed_tokenizer(str(path), path.stat().st_mtime_ns)
 
 

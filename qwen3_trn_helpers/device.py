@@ -330,7 +330,7 @@ def parse_neuron_ls(text: str) -> list[dict] | None:
     """
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, TypeError):
+    except (json.JSONDecodeError, TypeError, RecursionError):
         return None
     if isinstance(data, list):
         if not data:

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..assets import cache_dir, cached_folder
 from ..errors import AssetError
+from ..files import MiB, parse_json, read_bytes, read_lines
 
 EMBEDDED = "embedded"
 EMBEDDED_PRETRAIN = "embedded-pretrain"
@@ -113,6 +114,8 @@ EMBEDDED_MODULES = (
 )
 
 CORPUS_FORMAT = 2
+#: one document (a JSON line) at most: a book is a few MiB
+DOCUMENT_LIMIT = 256 * MiB
 
 
 def _module_text(name: str) -> str:
@@ -192,28 +195,30 @@ def read_documents(path: str | Path) -> list[str]:
             f"them, or use the built-in corpus ('{EMBEDDED}')"
         )
     docs: list[str] = []
+    one_per_line = 'one document per line, like {"text": "..."}'
     for file in _files_in(path):
-        if file.suffix == ".txt":
-            docs.append(file.read_text(encoding="utf-8", errors="replace"))
+        if file.suffix == ".txt":  # (no size cap: a corpus has no natural size)
+            docs.append(read_bytes(file, limit=None, fix="").decode("utf-8", "replace"))
         elif file.suffix == ".jsonl":
-            with open(file, encoding="utf-8", errors="replace") as f:
-                for lineno, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        text = json.loads(line)["text"]
-                    except (json.JSONDecodeError, KeyError, TypeError) as e:
-                        raise AssetError(
-                            f"{file}:{lineno} is not a JSON object with a 'text' field "
-                            f"({e.__class__.__name__}); one document per line, like "
-                            '{"text": "..."}'
-                        ) from None
-                    if not isinstance(text, str):
-                        raise AssetError(
-                            f"{file}:{lineno}: 'text' is a {type(text).__name__}, not a "
-                            'string; one document per line, like {"text": "..."}'
-                        )
-                    docs.append(text)
+            for lineno, raw in read_lines(file, fix=one_per_line, line_limit=DOCUMENT_LIMIT):
+                where = f"{file}:{lineno}"
+                if raw is None:
+                    limit = f"{DOCUMENT_LIMIT >> 20} MiB"
+                    raise AssetError(f"{where} is longer than {limit}; {one_per_line}")
+                if not raw.strip():
+                    continue
+                try:
+                    text = parse_json(raw.decode("utf-8", "replace"), where, one_per_line)["text"]
+                except (KeyError, TypeError) as e:
+                    raise AssetError(
+                        f"{where} is not a JSON object with a 'text' field "
+                        f"({e.__class__.__name__}); {one_per_line}"
+                    ) from None
+                if not isinstance(text, str):
+                    raise AssetError(
+                        f"{where}: 'text' is a {type(text).__name__}, not a string; {one_per_line}"
+                    )
+                docs.append(text)
         else:
             raise AssetError(f"corpus file {file} must end in .txt or .jsonl")
     docs = [d for d in docs if d.strip()]

@@ -27,13 +27,14 @@ derives); a damaged shard or another tokenizer is a one-line error before traini
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 from typing import Any
 
 from ..assets import check_same_tokenizer
 from ..checksums import sha256_of
 from ..errors import AssetError
+from ..files import MiB, read_json
 from .verified import shards_to_hash
 
 MANIFEST = "manifest.json"
@@ -54,7 +55,7 @@ PARTIAL_SUFFIX = ".partial"
 def is_prepared(path: str | Path) -> bool:
     """A folder ``data prepare`` wrote (it has the manifest)."""
     path = Path(path).expanduser()
-    return path.is_dir() and (path / MANIFEST).is_file()
+    return path.is_dir() and os.path.lexists(path / MANIFEST)  # (read_manifest names a pipe)
 
 
 def refuse_incomplete(path: str | Path) -> None:
@@ -77,25 +78,36 @@ def refuse_incomplete(path: str | Path) -> None:
 def read_manifest(folder: str | Path) -> dict[str, Any]:
     """The manifest of a prepared folder, its format checked; one-line errors."""
     folder = Path(folder).expanduser()
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-        ok = manifest.get("format") == FORMAT and isinstance(manifest.get("shards"), list)
-    except (OSError, ValueError, AttributeError) as e:
-        raise AssetError(
-            f"{folder / MANIFEST} cannot be read ({e.__class__.__name__}); prepare the "
-            f"corpus again ({PREPARE_HINT})"
-        ) from None
-    if not ok:
-        raise AssetError(
-            f"{folder / MANIFEST} is not a qwen3-trn prepared corpus; prepare it again "
-            f"({PREPARE_HINT})"
-        )
+    fix = f"prepare the corpus again ({PREPARE_HINT})"
+    manifest = read_json(folder / MANIFEST, limit=64 * MiB, fix=fix)
+    shards = manifest.get("shards")
+    if manifest.get("format") != FORMAT or not isinstance(shards, list):
+        raise AssetError(f"{folder / MANIFEST} is not a qwen3-trn prepared corpus; {fix}")
     if manifest.get("version") != VERSION:
         raise AssetError(
             f"{folder} was prepared in format version {manifest.get('version')}, this "
             f"qwen3-trn reads version {VERSION}; prepare it again ({PREPARE_HINT})"
         )
+    if not shards:  # (torchtitan had: "Unable to concatenate an empty list of datasets")
+        raise AssetError(f"{folder / MANIFEST} lists no shards: it holds no documents; {fix}")
+    wrong = [str(s)[:60] for s in shards if not _shard_entry(s)]
+    if wrong or not isinstance(manifest.get("tokenizer"), dict):
+        what = f"the shard entry {wrong[0]!r}" if wrong else "its tokenizer entry"
+        raise AssetError(f"{folder / MANIFEST} is damaged ({what} is not data prepare's); {fix}")
     return manifest
+
+
+def _shard_entry(shard: Any) -> bool:
+    """A shard entry as data prepare writes it: a plain file name in the folder (never a
+    path out of it), its size and sha256."""
+    if not isinstance(shard, dict):
+        return False
+    name, size = shard.get("file"), shard.get("bytes")
+    return (
+        isinstance(name, str) and Path(name).name == name and name not in ("", ".", "..")
+        and isinstance(size, int) and not isinstance(size, bool) and size >= 0
+        and isinstance(shard.get("sha256"), str)
+    )  # fmt: skip
 
 
 def check_prepared(

@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import AssetError, ConfigError
+from ..files import check_regular
 from .shapes import Qwen3Shape, native_model_config
 
 
@@ -123,6 +124,9 @@ def check_hf_checkpoint(folder: str | Path) -> Qwen3Shape:
             f"checkpoint folder {folder} does not exist; pass a Hugging Face Qwen3 folder "
             "(config.json + *.safetensors)"
         )
+    for entry in folder.iterdir():  # what transformers and safetensors open: no pipe, ...
+        if entry.suffix in (".json", ".safetensors", ".jinja"):
+            check_regular(entry, limit=None, fix="copy the checkpoint folder again")
     try:
         shape = Qwen3Shape.from_hf_config(folder)
     except ConfigError as e:

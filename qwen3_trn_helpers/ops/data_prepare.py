@@ -39,6 +39,7 @@ from ..data.prepared import (
     VERSION,
 )
 from ..errors import AssetError, ConfigError
+from ..files import KiB, check_output_folder, read_text
 
 #: held (flock) by the prepare writing a folder, for its whole life
 LOCK_FILE = ".prepare.lock"
@@ -102,7 +103,7 @@ def new_folder(out: Path) -> Iterator[None]:
         lock.acquire()
     except Timeout:
         try:
-            owner = (out / OWNER_FILE).read_text().strip()
+            owner = read_text(out / OWNER_FILE, limit=4 * KiB, fix="").strip()
         except OSError:
             owner = "another process"
         raise ConfigError(
@@ -228,7 +229,7 @@ def prepare(
         )
     if num_proc < 1:
         raise ConfigError(f"--num-proc must be 1 or more, got {num_proc}")
-    out = Path(out).expanduser().absolute()
+    out = check_output_folder(out, "--out")  # (a file, a device, a name too long: files.py)
     tokenizer_dir = resolve_tokenizer(tokenizer)
     documents = source_documents(corpus)  # (a bad corpus fails before --out exists)
     with new_folder(out):

@@ -257,8 +257,11 @@ def dry_run(
     trn2 (or with ``isolate=True``) the dry run happens in a child process, so a
     notebook kernel never builds a trainer itself.
     """
+    from ..model.config_check import within
     from ..runs import child
 
+    if layers is not None:  # (1,000,000 layers had built for minutes without a word)
+        within("num_hidden_layers", layers, "--layers")
     if child.isolated(isolate):
         return child.call(dry_run, spec, layers=layers, step_seq_len=step_seq_len, isolate=False)
     from ..training.patches import fsdp_table_parameters

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..checksums import sha256_of
+from ..files import make_folder
 from .wheelhouse_manifest import (
     FORMAT,
     MANIFEST,
@@ -235,7 +236,7 @@ def build(
             f"{root} is not a qwen3-trn checkout; run `qwen3-trn wheelhouse` from an "
             "editable install (scripts/setup.sh)"
         )
-    out = out.expanduser().absolute()
+    out = make_folder(out, "wheelhouse DIR")  # (a file, a device, a name too long: files.py)
     wheels = out / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     skip_set = {canonical(s) for s in skip}

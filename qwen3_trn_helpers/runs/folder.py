@@ -10,7 +10,6 @@ it lands; runs/manifest.py writes run.json.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -23,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, RunFolderError
+from ..files import UnreadableFile, check_output_folder, read_json, read_text
 from ..training.metrics_file import (
+    RECORD_LIMIT,
     keep_steps_before,
     note_metrics_gap,
     read_metrics,
@@ -62,7 +63,7 @@ class RunResult:
     def from_folder(cls, out: str | Path) -> RunResult:
         """A finished run read back from its folder (run.json and metrics.jsonl)."""
         out = Path(out)
-        info = json.loads((out / "run.json").read_text())
+        info = read_json(out / "run.json", limit=RECORD_LIMIT, fix="it is no finished run")
         metrics = read_metrics(out / "metrics.jsonl") if (out / "metrics.jsonl").exists() else []
         return cls(
             out=out,
@@ -217,8 +218,7 @@ def new_out_dir(out: str | Path | None) -> Path:
             n += 1
             out = Path(f"{base}-{n}")
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise RunFolderError(f"--out {out} is a file; name a folder for the run's files")
+    check_output_folder(out, "--out")  # (a file, a device, a name too long: files.py)
     return out
 
 
@@ -244,8 +244,8 @@ def own_run_folder(out: Path) -> Iterator[None]:
         lock.acquire()
     except Timeout:
         try:
-            owner = (out / OWNER_FILE).read_text().strip()
-        except OSError:
+            owner = read_text(out / OWNER_FILE, limit=4096, fix="").strip()
+        except ValueError:
             owner = "another process"
         raise RunFolderError(
             f"{out} is being written by a run still in progress ({owner}); wait for it to "
@@ -335,14 +335,10 @@ def read_run_record(out: Path) -> tuple[dict[str, Any] | None, str]:
     """(run.json's content, "") when it records a run's settings, else (None, what is
     wrong with it): missing, unreadable, not JSON, or JSON of another shape."""
     path = out / "run.json"
-    try:
-        saved = json.loads(path.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        return None, f"{path} is missing"
-    except OSError as e:
-        return None, f"{path} cannot be read ({e.strerror or e})"
-    except ValueError:  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
-        return None, f"{path} is not valid JSON (cut short or overwritten)"
+    try:  # (a pipe, a device, a folder, bytes, JSON too deep: files.py names each)
+        saved = read_json(path, limit=RECORD_LIMIT, fix="", want=None)
+    except UnreadableFile as e:
+        return None, f"{path} is missing" if e.missing else f"{path} {e.problem}"
     if not (
         isinstance(saved, dict)
         and isinstance(saved.get("resolved"), dict)

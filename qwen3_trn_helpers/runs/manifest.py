@@ -7,14 +7,14 @@ checks, ``read_run_record``); each write replaces run.json whole or not at all.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..training.metrics_file import strict_json, write_atomically
+from ..files import read_json
+from ..training.metrics_file import RECORD_LIMIT, strict_json, write_atomically
 from ..training.plan import Plan
 
 
@@ -51,7 +51,7 @@ def record_stop(out: Path, status: str, steps_completed: int, agent: int | None)
     a step, before rank 0 could record the stop. Only on the node whose torchrun
     (``agent``: this node's torchrun pid) started rank 0."""
     try:
-        info = json.loads((out / "run.json").read_text())
+        info = read_json(out / "run.json", limit=RECORD_LIMIT, fix="")  # (files.py: no pipe)
     except (OSError, ValueError):
         return
     ours = isinstance(info, dict) and info.get("agent") in (None, [socket.gethostname(), agent])
@@ -69,7 +69,7 @@ def record_failure(out: Path, error: str, agent: int | None) -> None:
     word (the watchdog's SIGALRM: training/watchdog.py) left it ``running``. Only on the
     node whose torchrun (``agent``) started rank 0."""
     try:
-        info = json.loads((out / "run.json").read_text())
+        info = read_json(out / "run.json", limit=RECORD_LIMIT, fix="")  # (files.py: no pipe)
     except (OSError, ValueError):
         return
     ours = isinstance(info, dict) and info.get("agent") in (None, [socket.gethostname(), agent])

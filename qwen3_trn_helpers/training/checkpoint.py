@@ -312,10 +312,11 @@ def record_run_settings(step_dir: Path, settings: dict) -> None:
 def read_run_settings(step_dir: Path) -> dict | None:
     """The settings a checkpoint recorded (:func:`record_run_settings`), or None: a
     checkpoint from an older qwen3-trn or torchtitan's own entry point records none."""
-    import json
+    from ..files import read_json
+    from .metrics_file import RECORD_LIMIT
 
-    try:
-        record = json.loads((step_dir / SETTINGS_FILE).read_bytes().decode("utf-8"))
+    try:  # (a pipe, a device, bytes, JSON too deep: none recorded, as files.py reads it)
+        record = read_json(step_dir / SETTINGS_FILE, limit=RECORD_LIMIT, fix="")
     except (OSError, ValueError):
         return None
     ok = isinstance(record, dict) and all(

@@ -22,13 +22,15 @@ growing, not as one node.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..files import KiB, read_json
+from .metrics_file import RECORD_LIMIT
 
 #: the folder in a run folder that holds each rank's file (and, after a hang, its stack)
 RANKS = "ranks"
@@ -51,7 +53,7 @@ def read_ranks(out: str | Path) -> list[dict[str, Any]]:
     found = []
     for path in sorted((Path(out) / RANKS).glob("rank-*.json")):
         try:
-            record = json.loads(path.read_text())
+            record = read_json(path, limit=64 * KiB, fix="")  # (files.py: no pipe, no bomb)
         except (OSError, ValueError):
             continue
         if isinstance(record, dict) and isinstance(record.get("rank"), int):
@@ -186,7 +188,8 @@ def screen(out: str | Path, *, factor: float = STRAGGLER_FACTOR, silent_s: float
     quiet = min(n.beat_age_s for n in found)
     if quiet > silent_s:  # every node quiet: the run is over, or the whole job stopped
         try:
-            status = json.loads((Path(out) / "run.json").read_text()).get("status", "?")
+            run = read_json(Path(out) / "run.json", limit=RECORD_LIMIT, fix="")
+            status = run.get("status", "?")
         except (OSError, ValueError, AttributeError):
             status = "unknown"
         rows.append(f"no rank has beaten for {quiet:.0f} s: the run is not running "

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..files import KiB, parse_json, read_lines
+
 #: in a run's checkpoint folder, beside torchtitan's step-N folders (which its purge
 #: and its load step search match by name, so this file is left alone)
 SAVE_LOG = "saves.jsonl"
@@ -59,13 +61,13 @@ def measured_write_mb_s(out: str | Path) -> tuple[float, int] | None:
     None where none was (a new run, or one that never saved)."""
     path = Path(out) / "checkpoint" / SAVE_LOG
     rates = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
+    try:  # (files.py: no pipe, no device, no line read whole past 64 KiB)
+        lines = [raw for _, raw in read_lines(path, fix="", line_limit=64 * KiB)]
+    except (OSError, ValueError):
         return None
-    for text in lines:
+    for raw in lines:
         try:
-            entry = json.loads(text)
+            entry = parse_json(raw or b"", path, "")
             nbytes, seconds = int(entry["bytes"]), float(entry["seconds"])
         except (ValueError, KeyError, TypeError):
             continue

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..device import DEVICE_TYPES
 from ..errors import ConfigError, register_options
+from ..files import check_folder_name
 from ..model.presets import PRESETS
 from ..model.variants import VARIANTS
 
@@ -303,6 +304,8 @@ class RunSpec:
                 "out is empty; name the run folder (--out runs/mine), or leave it out for "
                 "a new runs/<date-time> folder"
             )
+        if self.out is not None:
+            check_folder_name(self.out, "--out")  # (too long, not UTF-8: files.py)
         if not isinstance(self.init, str) or not self.init:
             raise ConfigError(
                 f"init must be 'random', 'pretrained' or a checkpoint folder, got {self.init!r}"

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ...device import DEVICES, Device, as_device
+from ...files import MiB, read_json
 from ...trn2 import (
     EFA_GBIT_S_PER_NODE,
     HBM_GIB_PER_CHIP,
@@ -289,7 +290,7 @@ def apply_calibration(machine: Machine) -> Machine:
     """``machine`` with the efficiencies measured on it, if a calibration file holds any."""
     path = calibration_path()
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path, limit=16 * MiB, fix="", want=None)  # (files.py: no pipe, ...)
     except (OSError, ValueError):
         return machine
     if not isinstance(data, dict):
@@ -320,7 +321,7 @@ def write_calibration(machine: Machine, compiled: bool, efficiency: float, detai
     """Record a measured efficiency for ``machine``; later plans on it use it."""
     path = calibration_path()
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path, limit=16 * MiB, fix="", want=None)  # (files.py: no pipe, ...)
     except (OSError, ValueError):
         data = {}
     entry = {"efficiency": efficiency, "peak_tflops": machine.peak_tflops, **detail}

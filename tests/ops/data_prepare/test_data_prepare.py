@@ -146,7 +146,7 @@ def test_damaged_shards_are_one_line_errors(prepared, tmp_path, capsys):
     shard.unlink()
     assert "lacks shard" in _train_error(copy, capsys)
     (copy / MANIFEST).write_text("{not json")
-    assert "cannot be read" in _train_error(copy, capsys)
+    assert "manifest.json is not valid JSON (" in _train_error(copy, capsys)
     (copy / MANIFEST).unlink()  # shards without a manifest: an interrupted prepare
     assert "no manifest.json" in _train_error(copy, capsys)
 

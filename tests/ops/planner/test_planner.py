@@ -470,7 +470,8 @@ def test_plan_header_states_parameters_and_ranks(capsys):
         (["--model", "8b", "--layout", "tp=8"], "error: --layout tp=8: TP above 4"),
         (["--model", "8b", "--layout", "fsdp=3"], "error: --layout: tp 1 x dp_replicate 1"),
         (["--model", "8b", "--seq-len", "100000"], "error: --seq-len 100000 is over"),
-        (["--model", "/nonexistent/config.json"], "error: /nonexistent/config.json not found"),
+        (["--model", "/nonexistent/config.json"],
+         "error: /nonexistent/config.json does not exist; --model takes"),
     ],
 )  # fmt: skip
 def test_bad_plan_input_is_one_line_naming_the_limit(capsys, argv, message):
