@@ -19,13 +19,24 @@ import torch
 from fake_torch_neuronx import compiler, device_module, neff_cache
 
 
+#: what the double's runtime setup writes into this process's environment
+RUNTIME_VARS = ("NEURON_RT_VISIBLE_CORES", "NEURON_RT_ROOT_COMM_ID")
+
+
 @pytest.fixture
 def device_state():
-    """The double's process-wide device state, put back after the test."""
+    """The double's process-wide device state and the variables its runtime setup
+    writes, put back after the test (monkeypatch restores only what it set)."""
     saved = dict(device_module.STATE)
+    variables = {var: os.environ.get(var) for var in RUNTIME_VARS}
     yield device_module.STATE
     device_module.STATE.clear()
     device_module.STATE.update(saved)
+    for var, value in variables.items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
 
 
 def _initialised(state, local_rank: int, local_world_size: int, monkeypatch) -> None:
