@@ -153,7 +153,8 @@ def _cpu_stamp() -> bytes:
 def _neuron_stamp() -> bytes:
     from importlib import metadata
 
-    pins = f"torch=={metadata.version('torch')}\ntorch-neuronx==2.14.3.0\n"
+    pins = (f"torch=={metadata.version('torch')}\ntorch-neuronx==2.14.3.0\n"
+            f"numpy=={metadata.version('numpy')}\n")  # fmt: skip
     return (ROOT / "pyproject.toml").read_bytes() + pins.encode()
 
 
