@@ -19,8 +19,9 @@ from .training.spec import RunSpec
 def train(spec: RunSpec, *, progress: bool, verbose: bool) -> RunResult:
     """``qwen3-trn train``: one run, launched or trained here, as ``run()`` does.
 
-    A rank torchrun started with ``--neuron-cores`` confines itself to its core first,
-    before torch (and torch-neuronx) is imported; ``verbose`` shows torchtitan's log.
+    A rank torchrun started with ``--neuron-cores`` notes its core first, which it
+    claims as its process group starts (runs/neuron_cores.py); ``verbose`` shows
+    torchtitan's log.
     """
     from .runs.neuron_cores import confine_rank_to_its_core
     from .runs.reporter import Reporter
@@ -28,7 +29,7 @@ def train(spec: RunSpec, *, progress: bool, verbose: bool) -> RunResult:
     from .training.ranks import launched_by_torchrun
 
     if launched_by_torchrun() and spec.neuron_cores is not None:
-        confine_rank_to_its_core(spec)  # before torch (and torch-neuronx) is imported
+        confine_rank_to_its_core(spec)  # claimed at init_process_group (class_share.py)
     if verbose:
         from torchtitan.tools.logging import init_logger
 

@@ -35,6 +35,7 @@ from typing import Any
 from .errors import DeviceError
 from .stack import collector_paused, torchtitan_stack
 from .stack import installed_version as _version
+from .trn2 import neuron_compiler_line
 from .without_triton import triton_summary
 
 DEVICE_TYPES = ("auto", "neuron", "cuda", "cpu")
@@ -407,6 +408,7 @@ class DeviceReport:
     python: str
     torch: str
     torch_neuronx: str | None
+    neuronx_cc: str | None  # trn2: where the compiler is found (trn2.neuron_compiler_line)
     torchtitan: str | None
     torchtitan_from: str | None
     torchtitan_fork: str | None
@@ -474,6 +476,7 @@ def device_report() -> DeviceReport:
         python=sys.version.split()[0],
         torch=torch.__version__,
         torch_neuronx=_version("torch-neuronx"),
+        neuronx_cc=neuron_compiler_line() if device_type == "neuron" else None,
         torchtitan=stack.version,
         torchtitan_from=stack.location,
         torchtitan_fork=stack.fork,

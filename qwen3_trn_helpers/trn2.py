@@ -141,3 +141,48 @@ def rank_visible_core(text: str, local_rank: int) -> str:
     if not 0 <= local_rank < len(cores):
         raise ValueError(f"local rank {local_rank} has no core in slice {text!r}")
     return str(cores[local_rank])
+
+
+#: the Neuron compiler, which torch-neuronx runs for every graph and, in eager mode, for
+#: every operator the first time it runs, through PATH (NeuronCompiler.cpp:29, :157-159:
+#: execvp in the compiling process's own environment; not found, the compile fails
+#: "Command failed (neuronx-cc compilation) with exit code 127")
+NEURON_COMPILER = "neuronx-cc"
+
+
+def neuron_compiler(environ: dict[str, str] | None = None) -> tuple[str | None, str | None]:
+    """(where PATH finds ``neuronx-cc``, where it lies beside this interpreter): either
+    may be None. scripts/setup.sh links it into the venv's bin, beside its python."""
+    import shutil
+    import sys
+
+    environ = os.environ if environ is None else environ
+    on_path = shutil.which(NEURON_COMPILER, path=environ.get("PATH", os.defpath))
+    beside = os.path.join(os.path.dirname(sys.executable), NEURON_COMPILER)
+    return on_path, (beside if os.access(beside, os.X_OK) else None)
+
+
+def with_neuron_compiler(env: dict[str, str]) -> dict[str, str]:
+    """``env`` whose PATH finds ``neuronx-cc`` where it lies beside this interpreter and
+    PATH did not: a Jupyter started as ``.venv/bin/jupyter lab`` from a shell without
+    the venv on PATH has none, and every compile of its children would fail."""
+    on_path, beside = neuron_compiler(env)
+    if on_path is None and beside is not None:
+        env = {**env, "PATH": os.pathsep.join([os.path.dirname(beside), env.get("PATH", "")])}
+    return env
+
+
+def neuron_compiler_line(environ: dict[str, str] | None = None) -> str:
+    """One line on ``neuronx-cc`` for the device report: where it is, and the fix."""
+    on_path, beside = neuron_compiler(environ)
+    if on_path:
+        return f"{on_path} (on PATH)"
+    if beside:
+        return (
+            f"not on this process's PATH; {beside} is put on the PATH of every run it "
+            "starts (start Jupyter from the activated venv to compile in the kernel itself)"
+        )
+    return (
+        "not found: torch-neuronx runs neuronx-cc through PATH for every compile; "
+        "activate the Neuron venv and rerun scripts/setup.sh from it"
+    )

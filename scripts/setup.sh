@@ -10,6 +10,8 @@
 #                                    #   scripts/build_site.sh and scripts/test.sh --site
 #   scripts/setup.sh --wheelhouse DIR  # offline: everything from DIR, made beforehand by
 #                                    #   `qwen3-trn wheelhouse DIR` on a machine with network
+#   scripts/setup.sh --neuron        # trn2: the Neuron path or nothing (one error line
+#                                    #   off trn2 or outside the Neuron venv)
 #
 # The CPU-only torch is opt-in, not chosen automatically where no GPU is present: CI (which
 # reaches only PyPI) and most laptops then install the torch CI tests, and a missing or
@@ -38,12 +40,14 @@ cd "$(dirname "$0")/.."
 VENV=${QWEN3_TRN_VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 install_only=0
+neuron_only=0
 site=0
 torch_index=${QWEN3_TRN_TORCH_INDEX:-}
 wheelhouse=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --install-only) install_only=1 ;;
+    --neuron) neuron_only=1 ;;
     --site) site=1 ;;
     --cpu-torch) torch_index=${torch_index:-https://download.pytorch.org/whl/cpu} ;;
     --wheelhouse)
@@ -53,7 +57,7 @@ while [ $# -gt 0 ]; do
           "qwen3-trn wheelhouse $2" >&2; exit 2; }
       shift ;;
     *) echo "error: unknown option $1 (scripts/setup.sh [--install-only] [--cpu-torch]" \
-         "[--site] [--wheelhouse DIR])" >&2; exit 2 ;;
+         "[--site] [--wheelhouse DIR] [--neuron])" >&2; exit 2 ;;
   esac
   shift
 done
@@ -78,11 +82,22 @@ for p in sys.path:
     if ('site-packages' in p or 'dist-packages' in p) and p not in seen:
         seen.append(p)
 print('\n'.join(seen))")
-  neuron_pins=$("$PYTHON" -c "
-from importlib import metadata
-for name in ('torch', 'torch-neuronx'):
-    print(f'{name}=={metadata.version(name)}')")
-  echo "Neuron venv detected ($(echo $neuron_pins)): reusing its torch and torch-neuronx"
+  # Neuron SDK 2.33 or later (the versions and why: scripts/neuron_versions.py), then the
+  # pins: its torch, torch-neuronx and numpy, which nothing the course installs replaces
+  neuron_pins=$("$PYTHON" scripts/neuron_versions.py) || exit 2
+  echo "Neuron venv detected ($(echo $neuron_pins)): reusing its torch, torch-neuronx and numpy"
+fi
+
+# --neuron: the Neuron path or nothing, said in one line before anything is installed
+if [ "$neuron_only" = 1 ] && [ -z "$neuron_site" ]; then
+  if [ ! -e /dev/neuron0 ] && ! command -v neuron-ls >/dev/null 2>&1; then
+    echo "error: --neuron: no Neuron device here (no /dev/neuron0, no neuron-ls): run it" \
+      "on a trn2 instance, or run scripts/setup.sh without --neuron for the CPU path" >&2
+  else
+    echo "error: --neuron: $PYTHON cannot import torch_neuronx: activate the Neuron venv" \
+      "(source /opt/aws_neuronx_venv_torch_neuronx_2_14*/bin/activate) and rerun" >&2
+  fi
+  exit 2
 fi
 
 if [ -n "$neuron_site" ] && { [ -n "$wheelhouse" ] || [ -n "$torch_index" ]; }; then

@@ -34,11 +34,24 @@ def exported_folder(result: Any) -> Path:
     folder = Path(tempfile.mkdtemp(prefix="qwen3-trn-say-"))
     for file in weights + sorted(step.glob("*.index.json")):
         shutil.copy2(file, folder / file.name)
-    result.plan.shape.hf_config().save_pretrained(folder)
+    _shape_of(result).hf_config().save_pretrained(folder)
     tokenizer = ensure_tokenizer()
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy2(tokenizer / name, folder / name)
     return folder
+
+
+def _shape_of(result: Any) -> Any:
+    """The run's model shape: its plan's, or (a launched run, whose result comes from
+    its folder: every trn2 run) planned again from run.json's spec for its device."""
+    if result.plan is not None:
+        return result.plan.shape
+    import json
+
+    from ..training.plan import plan_run
+
+    info = json.loads((result.out / "run.json").read_text())
+    return plan_run(result.spec, device_type=info["resolved"]["device"]).shape
 
 
 def continuation(folder: Path, prompt: str = PROMPT, new_tokens: int = 12) -> dict[str, str]:

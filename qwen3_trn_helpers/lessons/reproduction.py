@@ -30,15 +30,28 @@ INITS = ("pretrained", "random")
 LN_VOCAB = math.log(VOCAB_SIZE)
 
 
+#: the ranks a trn2 reproduction takes when the spec names none: unset, a trn2.48xlarge's
+#: whole world for the full-size preset (64); a smaller number (a trn2.3xlarge's 4, or CI's
+#: rehearsal of the notebooks on the torch-neuronx test double, 2) takes the variant's
+#: small preset on that many ranks (docs: the notebooks on a smaller trn2)
+TRN2_RANKS_VAR = "QWEN3_TRN_TRN2_RANKS"
+
+
 def reproduction_specs(spec: RunSpec, device: Device | str) -> dict[str, RunSpec]:
     """Both runs of the experiment: the same spec but for ``init``.
 
     On trn2 a full-size preset is launched on its world size (64 ranks) unless ``nproc``
-    says otherwise; the preset is written out so both runs resolve to the same layout,
-    sequence length, checkpointing and data.
+    or :data:`TRN2_RANKS_VAR` says otherwise; the preset is written out so both runs
+    resolve to the same layout, sequence length, checkpointing and data.
     """
     base = spec.replace(local_batch_size=1, init="random")
-    if as_device(device).is_trn2:
+    ranks = spec.nproc if spec.nproc > 1 else _trn2_ranks()
+    if as_device(device).is_trn2 and spec.preset is None and ranks is not None:
+        # fewer ranks than the full-size preset's world: the small preset, as plan_run
+        # gives any run of fewer ranks (training/plan.py resolve_preset)
+        base = base.replace(nproc=ranks)
+        base = base.replace(preset=plan_run(base, device_type=device).preset.name)
+    elif as_device(device).is_trn2:
         base = on_trn2(base)
     else:  # the preset this machine runs, written out
         base = base.replace(preset=plan_run(base, device_type=device).preset.name)
@@ -47,6 +60,20 @@ def reproduction_specs(spec: RunSpec, device: Device | str) -> dict[str, RunSpec
         init: base.replace(init=init, out=str(out / init), overwrite=spec.overwrite)
         for init in INITS
     }
+
+
+def _trn2_ranks() -> int | None:
+    """:data:`TRN2_RANKS_VAR`, checked (None when unset)."""
+    import os
+
+    ranks = os.environ.get(TRN2_RANKS_VAR, "").strip()
+    if not ranks:
+        return None
+    if not ranks.isdigit() or not 1 <= int(ranks) <= 64:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"{TRN2_RANKS_VAR}={ranks!r}: give a number of ranks from 1 to 64")
+    return int(ranks)
 
 
 @dataclass

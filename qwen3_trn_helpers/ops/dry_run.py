@@ -20,6 +20,8 @@ import dataclasses
 import os
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from unittest.mock import patch
@@ -220,6 +222,33 @@ def measure_rank_state(trainer) -> tuple[int, int, int, list[dict[str, Any]]]:
 _SHARDED_BUILDS = 0
 
 
+@contextmanager
+def fake_backend_on_this_accelerator() -> Iterator[None]:
+    """torch's fake process group, for the dry run, on this machine's accelerator too.
+
+    Why: torchtitan 0.3.0 synchronises once with ``barrier(device_ids=[...])``
+    (distributed/utils.py ``set_pg_timeouts``), and torch sends a barrier with device ids
+    to the accelerator's device (``_get_accelerator()``, distributed_c10d.py ``barrier``);
+    torch's fake backend serves cpu, cuda, hpu and xpu only (``backend_capability``), so
+    on trn2, whose accelerator is ``neuron``, the dry run stopped there ("No backend type
+    associated with device type neuron"; found by the trn2 rehearsal on the test double).
+    For the dry run's duration the fake backend serves the accelerator as well.
+    """
+    import torch
+    import torch.distributed as dist
+
+    served = dist.Backend.backend_capability[dist.Backend.FAKE]
+    accelerator = torch._C._get_accelerator().type
+    added = accelerator not in served
+    if added:
+        served.append(accelerator)
+    try:
+        yield
+    finally:
+        if added and accelerator in served:
+            served.remove(accelerator)
+
+
 def dry_run(
     spec: RunSpec,
     *,
@@ -269,7 +298,11 @@ def dry_run(
         ),
         shape=shape,
     )  # fmt: skip
-    with patch.dict(os.environ, NGPU=str(trn2.world_size)), tempfile.TemporaryDirectory() as out:
+    with (
+        patch.dict(os.environ, NGPU=str(trn2.world_size)),
+        fake_backend_on_this_accelerator(),
+        tempfile.TemporaryDirectory() as out,
+    ):
         started = time.perf_counter()
         # one step of rank 0's shard: glibc's defaults (kept freed memory would double the
         # 30B-A3B dry run's peak, 4.2 -> 9.3 GB, and save nothing; training/host_memory.py)

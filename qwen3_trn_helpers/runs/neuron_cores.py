@@ -17,6 +17,7 @@ from ..errors import ConfigError
 # a student's share of a trn2 is read in planning (training/class_share.py), and the
 # launch takes the cores the plan holds; its names stay importable from here
 from ..training.class_share import CLASS_SLICE_ENV as CLASS_SLICE_ENV
+from ..training.class_share import RANK_CORE_ENV
 from ..training.class_share import with_class_slice as with_class_slice
 from ..training.spec import RunSpec
 from ..trn2 import DEFAULT_LNC
@@ -29,11 +30,12 @@ def one_process_share_environment(env: dict[str, str]) -> dict[str, str]:
     for torch-neuronx to place it by, and the Neuron runtime would reserve every core
     it sees; with a share it gets the share's first core, as a one-rank launch does.
     """
+    from ..trn2 import core_slice, with_neuron_compiler
+
+    env = with_neuron_compiler(env)  # torch-neuronx runs neuronx-cc through PATH
     share = env.get(CLASS_SLICE_ENV)
     if not share:
         return env
-    from ..trn2 import core_slice
-
     try:
         first = core_slice(share).start
     except ValueError as e:
@@ -42,15 +44,15 @@ def one_process_share_environment(env: dict[str, str]) -> dict[str, str]:
 
 
 def confine_rank_to_its_core(spec: RunSpec, environ: dict[str, str] | None = None) -> str:
-    """In a rank torchrun started: ``NEURON_RT_VISIBLE_CORES`` = the slice's first + LOCAL_RANK.
+    """In a rank torchrun started: its core is the slice's first + LOCAL_RANK.
 
     torchrun gives every rank the same environment, so a per-rank value can only be set
-    inside the rank. The Neuron runtime reads the variable when it starts (the Neuron
-    runtime configuration guide: each process reserves the cores it names), and
-    torch-neuronx fills it with LOCAL_RANK only while it is unset; so this runs first
-    thing in the rank, before torch (which autoloads torch-neuronx) is imported. With
-    ``--neuron-cores 8-15`` rank i gets core 8 + i: the same one-core-per-rank layout
-    torch-neuronx makes by default, moved to the class member's slice. Returns the core.
+    inside the rank. It is kept in :data:`RANK_CORE_ENV` and becomes
+    ``NEURON_RT_VISIBLE_CORES`` only as the rank's process group starts
+    (training/class_share.py ``claim_rank_core`` says why: set earlier, torchtitan puts
+    every rank on ``neuron:0``). With ``--neuron-cores 8-15`` rank i gets core 8 + i:
+    the same one-core-per-rank layout torch-neuronx makes by default, moved to the class
+    member's slice. Returns the core.
     """
     environ = os.environ if environ is None else environ
     from ..training.ranks import rank_place
@@ -58,13 +60,17 @@ def confine_rank_to_its_core(spec: RunSpec, environ: dict[str, str] | None = Non
 
     spec.core_slice()  # the slice must hold exactly this node's ranks
     core = rank_visible_core(spec.neuron_cores, rank_place(environ).local_rank)
-    environ["NEURON_RT_VISIBLE_CORES"] = core
+    environ[RANK_CORE_ENV] = core
     return core
 
 
 def neuron_rank_environment(env: dict[str, str], neuron_cores: str | None = None) -> dict[str, str]:
     """What every Neuron rank needs, for training launches and the smoke ladder alike.
 
+    - ``neuronx-cc`` on PATH: torch-neuronx runs it through PATH (NeuronCompiler.cpp:
+      157-159), and setup links it into the venv's bin only; a Jupyter started as
+      ``.venv/bin/jupyter lab`` from a shell without the venv has no compiler there
+      (``trn2.with_neuron_compiler``).
     - The logical-core size is set explicitly: NKI kernels default to LNC 1 while the
       compiler defaults to LNC 2 (a compile error when they differ).
     - NEURON_RT_VISIBLE_CORES is removed: torch-neuronx gives each rank its own core
@@ -74,7 +80,9 @@ def neuron_rank_environment(env: dict[str, str], neuron_cores: str | None = None
       ``neuron_cores`` (``--neuron-cores 8-15``) each rank sets its own core from its
       LOCAL_RANK (:func:`confine_rank_to_its_core`).
     - The NEFF cache's lock timeout covers a full-size first compile (1200 s by
-      default in torch-neuronx; training/compile.py), unless the user set one.
+      default in torch-neuronx; training/compile.py), unless the user set one; the
+      compile locks go to a node-local folder of this user's own, not the one
+      torch-neuronx shares among every user of the node (training/compile.py).
     - The compiled-graph (NEFF) cache folder is set, unless the user or a multi-node
       job script (shared storage, the same folder on every node) already did: the
       package cache's, so every launch on this node reuses what earlier ones compiled
@@ -84,12 +92,17 @@ def neuron_rank_environment(env: dict[str, str], neuron_cores: str | None = None
     from ..training.compile import (
         NEFF_CACHE_LOCK_TIMEOUT_S,
         NEFF_CACHE_LOCK_TIMEOUT_VAR,
+        NEFF_LOCAL_CACHE_VAR,
+        neff_local_cache_dir,
         use_package_caches,
     )
+    from ..trn2 import with_neuron_compiler
 
-    env = dict(env)
+    env = with_neuron_compiler(dict(env))
+    env.pop(RANK_CORE_ENV, None)  # (each rank names its own, confine_rank_to_its_core)
     env.setdefault("NEURON_LOGICAL_NC_CONFIG", str(DEFAULT_LNC))
     env.setdefault(NEFF_CACHE_LOCK_TIMEOUT_VAR, str(NEFF_CACHE_LOCK_TIMEOUT_S))
+    env.setdefault(NEFF_LOCAL_CACHE_VAR, str(neff_local_cache_dir()))
     use_package_caches(DEVICES["neuron"], env)
     visible = env.pop("NEURON_RT_VISIBLE_CORES", None)
     if visible:
@@ -110,12 +123,13 @@ def share_torchrun_prefix(nproc: int, env: dict[str, str] | None = None) -> list
     """torchrun flags that start each rank inside the class's share, or [] without one.
 
     For a torchrun whose ranks are not ``qwen3-trn train`` (the smoke ladder's raw
-    collectives, torchtitan's own entry point): torchrun gives every rank the same
-    environment, so each rank sets its own core in a one-line shell before Python
-    starts (torchrun's ``--no-python``): the share's first core + LOCAL_RANK, the
-    layout :func:`confine_rank_to_its_core` makes for our own ranks. Put it where
-    torchrun expects its script; the caller's ``-m module args`` follow as the
-    interpreter's arguments.
+    collectives, torchtitan's own entry point on our config registry): torchrun gives
+    every rank the same environment, so each rank names its own core in a one-line
+    shell before Python starts (torchrun's ``--no-python``): the share's first core +
+    LOCAL_RANK, the layout :func:`confine_rank_to_its_core` makes for our own ranks,
+    claimed by the rank as its process group starts (``claim_rank_core``: our trainer
+    and the collectives rung do). Put it where torchrun expects its script; the
+    caller's ``-m module args`` follow as the interpreter's arguments.
     """
     env = os.environ if env is None else env
     share = env.get(CLASS_SLICE_ENV)
@@ -132,5 +146,5 @@ def share_torchrun_prefix(nproc: int, env: dict[str, str] | None = None) -> list
             f"this step starts {nproc} ranks but your share of the trn2 ({CLASS_SLICE_ENV}="
             f"{share}) holds {len(cores)} NeuronCores: ask for a share of {nproc} or more"
         )
-    line = f'export NEURON_RT_VISIBLE_CORES=$(( {cores.start} + LOCAL_RANK )); exec "$@"'
+    line = f'export {RANK_CORE_ENV}=$(( {cores.start} + LOCAL_RANK )); exec "$@"'
     return ["--no-python", "bash", "-c", line, "rank", sys.executable]

@@ -42,3 +42,29 @@ def with_class_slice(spec: RunSpec, environ: dict[str, str] | None = None) -> Ru
         )
     # (replace() checks the new spec, as every RunSpec is checked when made)
     return spec.replace(neuron_cores=f"{cores.start}-{cores.start + spec.nproc - 1}")
+
+
+#: the NeuronCore one rank of a class's share takes, set in the rank by the launch
+#: (runs/neuron_cores.py) and claimed by the rank itself as its process group starts
+RANK_CORE_ENV = "QWEN3_TRN_RANK_NEURON_CORE"
+
+
+def claim_rank_core(environ: dict[str, str] | None = None) -> str | None:
+    """Right before ``init_process_group``: ``NEURON_RT_VISIBLE_CORES`` = this rank's core.
+
+    Why then, not when the rank starts: before the process group, torch-neuronx counts
+    the visible cores as devices (NeuronDevice.cpp:228-236), so a rank that sees one
+    core is given ``neuron:0`` by torchtitan (tools/utils.py:89: one device means index
+    0) and ``set_device(LOCAL_RANK)`` would be refused; the process group then binds the
+    rank to ``neuron:LOCAL_RANK`` (distributed/backend.py:303), and a tensor on
+    ``neuron:0`` fails on every rank but the first ("Attempted to access device that
+    doesn't attach to this process", NeuronDevice.cpp:204-207). With nothing named
+    before, the rank sees the whole instance, takes ``neuron:LOCAL_RANK``; the runtime
+    reads the variable when the process group starts it (backend.py:216-218, :307),
+    so the rank still holds its own core only. Returns the core, or None without one.
+    """
+    environ = os.environ if environ is None else environ
+    core = environ.pop(RANK_CORE_ENV, None)
+    if core:
+        environ["NEURON_RT_VISIBLE_CORES"] = core
+    return core

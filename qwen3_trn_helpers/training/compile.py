@@ -38,13 +38,21 @@ INDUCTOR_CACHE_VAR = "TORCHINDUCTOR_CACHE_DIR"
 
 #: TorchNeuron's persistent NEFF cache folder (Neuron 2.33 compiler-artifacts page)
 NEFF_CACHE_VAR = "TORCH_NEURONX_NEFF_CACHE_DIR"
-#: How long a process waits on the NEFF cache's lock while another compiles the same
-#: graph (torch-neuronx's NEFF cache source: 1200 s by default, then it gives up). On
-#: trn2 the 64 ranks of a node compile the same graphs and wait on one compile; a
-#: full-size first compile can outlast 20 minutes, so every rank gets the 64-rank smoke
-#: rung's own limit (3600 s) unless the user set another value
+#: How long a process waits on the compile lock while another compiles the same graph:
+#: 1200 s by default, after which torch-neuronx breaks the lock as stale and compiles
+#: the graph itself (FileLock.h:16, FileLock.cpp:141-167). On trn2 the 64 ranks of a
+#: node compile the same graphs and wait on one compile; a full-size first compile can
+#: outlast 20 minutes, and 63 ranks then compiling it again at once would take the
+#: host's memory, so every rank gets the 64-rank smoke rung's own limit (3600 s) unless
+#: the user set another value
 NEFF_CACHE_LOCK_TIMEOUT_VAR = "TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT"
 NEFF_CACHE_LOCK_TIMEOUT_S = 3600
+#: where torch-neuronx keeps its compile locks: node-local, ``/tmp/local_cache`` by
+#: default (CompilationCache.cpp:41-58, :617-621), one folder for every Linux user of
+#: the node, whose lock files another user cannot open (FileLock.cpp:90-94: mode 0666
+#: less the umask). Every rank we start gets a folder of its user's own
+#: (:func:`neff_local_cache_dir`) unless the user chose one.
+NEFF_LOCAL_CACHE_VAR = "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"
 
 
 def compile_backend(device: Device | str) -> str:
@@ -74,6 +82,14 @@ def neff_cache_dir() -> Path:
     from ..assets import cache_dir
 
     return cache_dir() / "neff"
+
+
+def neff_local_cache_dir() -> Path:
+    """This user's node-local folder for torch-neuronx's compile locks (the temporary
+    folder, as torch-neuronx's own default, with the user's id in its name)."""
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"qwen3-trn-{os.getuid()}-neuron-local"
 
 
 def _torchs_default(var: str) -> str | None:

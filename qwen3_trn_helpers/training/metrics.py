@@ -20,6 +20,7 @@ On trn2 it also corrects two readings torchtitan 0.3.0 gets wrong there:
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +51,8 @@ class JsonlMetricsLogger(BaseLogger):
         self.path = Path(path)
         self.with_mfu = with_mfu
         self.on_step: Callable[[dict[str, Any]], None] | None = None
+        #: why a memory reading is left out (the rank's memory monitor's note), if any
+        self.memory_note: Callable[[], str | None] = lambda: None
         self._fd: int | None = None
 
     def _open(self, first_step: int) -> None:
@@ -62,6 +65,9 @@ class JsonlMetricsLogger(BaseLogger):
         if self._fd is None:
             self._open(step)
         record = to_record(step, metrics, self.with_mfu)
+        note = self.memory_note()
+        if note:  # a reading left out (null) says why, on the line that lacks it
+            record["memory_note"] = note
         self._append((strict_json(record) + "\n").encode("utf-8"), step)
         if self.on_step is not None:
             self.on_step(record)
@@ -104,13 +110,62 @@ def neuron_memory_peaks(stats: dict[str, Any]) -> tuple[int, int]:
 
 
 class NeuronMemoryMonitor(DeviceMemoryMonitor):
-    """torchtitan's memory monitor, reading torch-neuronx's nested statistics."""
+    """torchtitan's memory monitor, reading torch-neuronx's nested statistics, and
+    trusting none of torch-neuronx's answers to divide by or to stop a run for.
+
+    torchtitan's monitor divides every reading by ``get_device_properties(device)
+    .total_memory``. torch-neuronx hands the PyTorch index straight to the runtime
+    (NeuronBindings.cpp:389) while the runtime numbers a process's cores from 0, and on
+    failure reports ``total_memory = 0`` (:393-400): after ``init_process_group`` every
+    rank but local rank 0 reads 0 for its own ``neuron:LOCAL_RANK`` (inferred from the
+    source), and torchtitan's percentage divided by it at step 1. Here a capacity of 0,
+    or any call that raises, leaves the affected readings NaN (null in metrics.jsonl)
+    and says why in :attr:`note`; the run goes on.
+    """
+
+    def __init__(self, device: str) -> None:  # (torchtitan's own, each call guarded)
+        import torch
+        from torchtitan.tools.utils import device_module
+
+        self.device = torch.device(device)
+        self.note: str | None = None
+        self.device_name = str(self.device)
+        self.device_index = self.device.index or 0
+        try:
+            capacity = int(device_module.get_device_properties(self.device).total_memory)
+        except Exception as e:  # an index torch-neuronx refuses, a runtime error
+            capacity = 0
+            self.note = f"{device}: get_device_properties failed ({_said(e)})"
+        if capacity <= 0 and self.note is None:
+            self.note = (
+                f"{device}: torch-neuronx reported total_memory {capacity} (it asks the "
+                "Neuron runtime by PyTorch index, NeuronBindings.cpp:389)"
+            )
+        self.device_capacity = capacity if capacity > 0 else None
+        self.device_capacity_gib = self._to_gib(capacity) if capacity > 0 else math.nan
+        if self.note:
+            self.note += "; memory percentages are left out"
+        try:
+            device_module.reset_peak_memory_stats(self.device)
+        except Exception as e:
+            self.note = _joined(self.note, f"reset_peak_memory_stats failed ({_said(e)})")
+
+    def _to_pct(self, memory: float) -> float:
+        if self.device_capacity is None or not math.isfinite(memory):
+            return math.nan
+        return 100 * memory / self.device_capacity
 
     def get_peak_stats(self) -> DeviceMemStats:
         from torchtitan.tools.utils import device_module
 
-        stats = device_module.memory_stats(self.device)
-        active, held = neuron_memory_peaks(stats)
+        try:
+            stats = device_module.memory_stats(self.device)
+            active, held = neuron_memory_peaks(stats)
+        except Exception as e:  # the statistics are a reading; the step stands
+            said = f"{self.device}: memory_stats failed ({_said(e)}); memory_gib is null"
+            if self.note is None or said not in self.note:
+                self.note = _joined(self.note, said)
+            return DeviceMemStats(math.nan, math.nan, math.nan, math.nan, 0, 0)
         return DeviceMemStats(
             self._to_gib(active),
             self._to_pct(active),
@@ -119,6 +174,24 @@ class NeuronMemoryMonitor(DeviceMemoryMonitor):
             int(stats.get("num_alloc_retries", 0)),
             int(stats.get("num_ooms", 0)),
         )
+
+    def reset_peak_stats(self) -> None:
+        from torchtitan.tools.utils import device_module
+
+        try:
+            device_module.reset_peak_memory_stats(self.device)
+        except Exception:  # the next reading is then a peak over more steps; said once
+            pass
+
+
+def _said(error: BaseException) -> str:
+    """An exception as a short phrase for a note (its first line)."""
+    first = next((ln.strip() for ln in str(error).splitlines() if ln.strip()), "")
+    return f"{type(error).__name__}: {first[:200]}"
+
+
+def _joined(note: str | None, more: str) -> str:
+    return more if note is None else f"{note}; {more}"
 
 
 def rank_memory_monitor(device_type: str) -> NeuronMemoryMonitor:
@@ -155,6 +228,10 @@ class Qwen3TrnMetrics(MetricsProcessor):
             from ..trn2 import Topology, lnc_from_env
 
             self.device_memory_monitor = rank_memory_monitor(device_type)
+            if self.device_memory_monitor.note:
+                from torchtitan.tools.logging import logger
+
+                logger.warning(f"memory readings: {self.device_memory_monitor.note}")
             self.gpu_peak_flops = Topology(lnc_from_env()).peak_tflops_per_core * 1e12
         self.jsonl: JsonlMetricsLogger | None = None
         rank0 = not dist.is_initialized() or dist.get_rank() == 0
@@ -165,6 +242,8 @@ class Qwen3TrnMetrics(MetricsProcessor):
             self.jsonl = JsonlMetricsLogger(
                 Path(dump_folder) / config.jsonl_file, with_mfu=here.is_trn2 or here.is_cuda
             )
+            monitor = self.device_memory_monitor
+            self.jsonl.memory_note = lambda: getattr(monitor, "note", None)
             container = LoggerContainer()
             container.add_logger(self.logger)
             container.add_logger(self.jsonl)

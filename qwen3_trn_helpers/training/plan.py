@@ -42,6 +42,7 @@ from .plan_steps import (
     resolve_model,
 )
 from .spec import RunSpec
+from .trn2_choices import default_spmd_backend, plan_lines
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,14 @@ class Plan:
     neuron_cores: str | None  # the NeuronCores the ranks confine to (a class share's too)
     mixed_precision: str  # the spec's, but float32 on a CPU without bf16 matrix products
     # (the spec's other training values, steps to export_hf, are read from the spec)
+
+    @property
+    def spmd_backend(self) -> str:
+        """The spec's SPMD backend; ``auto``: what AWS's TorchTitan pages document on trn2,
+        upstream's default elsewhere (training/trn2_choices.py)."""
+        if self.spec.spmd_backend == "auto":
+            return default_spmd_backend(self.device, self.variant)
+        return self.spec.spmd_backend
 
     @property
     def warmup_steps(self) -> int:
@@ -228,6 +237,7 @@ class Plan:
                 if self.mixed_precision != self.spec.mixed_precision
                 else {}
             ),
+            **plan_lines(self),  # trn2: the choices AWS's documents decide
         }
 
 

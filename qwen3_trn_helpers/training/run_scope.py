@@ -35,6 +35,7 @@ from .compile import (
     use_package_caches,
 )
 from .heartbeat import RankWatch
+from .neuron_faults import neuron_fault
 from .patches import Patch
 from .plan import Plan
 from .stopping import StopRequest
@@ -151,8 +152,11 @@ class _RunScope:
                 force_sum_reduction_for_gloo(self.model_parts)
             if launched and config.comm.mode == "default":
                 self._watch = rank_watch(config.dump_folder, options)
-        except BaseException:
+        except BaseException as e:
             self._teardown()
+            fault = neuron_fault(e) if options.device.is_trn2 else None
+            if fault is not None:  # torch-neuronx's refusal: one line with the fix
+                raise TrainingError(fault) from None
             raise
 
     @classmethod
@@ -161,9 +165,12 @@ class _RunScope:
         return {}
 
     def init_distributed(self):
-        """torchtitan's process group, then: every rank runs the same software."""
+        """torchtitan's process group (a rank of a class's share claims its NeuronCore
+        first, class_share.py), then: every rank runs the same software."""
+        from .class_share import claim_rank_core
         from .ranks import check_same_versions
 
+        claim_rank_core()
         parallel_dims = super().init_distributed()  # type: ignore[misc]
         if self.config.comm.mode == "default":  # type: ignore[attr-defined]
             check_same_versions(self.config.qwen3_trn.settings)  # type: ignore[attr-defined]
@@ -212,6 +219,9 @@ class _RunScope:
             fault = cache_fault(e, cache[1]) if cache is not None else None
             if fault is not None:
                 raise AssetError(fault) from None
+            fault = neuron_fault(e) if self.config.qwen3_trn.device.is_trn2 else None  # type: ignore[attr-defined]
+            if fault is not None:
+                raise TrainingError(f"step {self.step}: {fault}", step=self.step) from None  # type: ignore[attr-defined]
             if not isinstance(e, RuntimeError):
                 raise
             if lost_peer(e):

@@ -151,11 +151,11 @@ class RunSpec:
         choices=PRECISIONS,
     )
     spmd_backend: str = _param(
-        "spmd_types",
-        "torchtitan's parallelism.spmd_backend, set explicitly: spmd_types is torchtitan "
-        "0.3.0's default and what its own Qwen3 configs pin; `qwen3-trn smoke` (rung "
-        "spmd_backends) shows which work on this machine",
-        choices=SPMD_BACKENDS,
+        "auto",
+        "torchtitan's parallelism.spmd_backend (auto: full_dtensor on trn2, the DTensor "
+        "path AWS documents; spmd_types, torchtitan 0.3.0's default, elsewhere); "
+        "`qwen3-trn smoke` (rung spmd_backends) shows which work on this machine",
+        choices=("auto", *SPMD_BACKENDS),
     )
     compile: bool = _param(
         False,

@@ -210,7 +210,7 @@ def trainer_config(
             tensor_parallel_degree=plan.tp,
             # explicit, not torchtitan's default: no public record shows any value on
             # Neuron, so it is a run parameter and the smoke ladder tries each
-            spmd_backend=plan.spec.spmd_backend,
+            spmd_backend=plan.spmd_backend,
         ),
         checkpoint=Qwen3TrnCheckpointManager.Config(
             enable=bool(init_dir or saves),

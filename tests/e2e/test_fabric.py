@@ -116,7 +116,7 @@ def test_every_rank_of_three_nodes_and_the_slow_node_fails(tmp_path):
     """Three torchrun agents (nodes) of 2 ranks each run the collectives rung through
     the command the Slurm script runs: all 6 ranks join, each node prints its bus
     bandwidth, and node 2, slowed, fails against a floor between the two speeds."""
-    from qwen3_trn_helpers.ops.smoke import _command, _rungs
+    from qwen3_trn_helpers.ops.smoke.ladder import _command, _rungs
 
     rung = next(r for r in _rungs(full_size=False) if r.name == "collectives")
     hooks = tmp_path / "hooks"

@@ -41,6 +41,11 @@ def neuron_venv(tmp_path_factory):
     (dist / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: torch-neuronx\nVersion: 2.14.3.0\n"
     )
+    compiler_dist = site / "neuronx_cc-2.28.7631.0.dist-info"  # Neuron SDK 2.33's
+    compiler_dist.mkdir()
+    (compiler_dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: neuronx-cc\nVersion: 2.28.7631.0\n"
+    )
     compiler = venv / "bin" / "neuronx-cc"  # the Neuron compiler lives in the venv's bin
     compiler.write_text("#!/bin/sh\necho stand-in neuronx-cc\n")
     compiler.chmod(0o755)
@@ -84,7 +89,8 @@ def test_setup_reuses_the_neuron_venvs_torch(neuron_venv, tmp_path):
     from importlib import metadata
 
     pins = (target / "neuron-constraints.txt").read_text().splitlines()
-    assert pins == [f"torch=={metadata.version('torch')}", "torch-neuronx==2.14.3.0"]
+    assert pins == [f"torch=={metadata.version('torch')}", "torch-neuronx==2.14.3.0",
+                    f"numpy=={metadata.version('numpy')}"]  # fmt: skip
     # what pip would install for the package now: never a torch
     report = tmp_path / "dry.json"
     subprocess.run(
@@ -147,7 +153,8 @@ def _cpu_stamp() -> bytes:
 def _neuron_stamp() -> bytes:
     from importlib import metadata
 
-    pins = f"torch=={metadata.version('torch')}\ntorch-neuronx==2.14.3.0\n"
+    pins = (f"torch=={metadata.version('torch')}\ntorch-neuronx==2.14.3.0\n"
+            f"numpy=={metadata.version('numpy')}\n")  # fmt: skip
     return (ROOT / "pyproject.toml").read_bytes() + pins.encode()
 
 

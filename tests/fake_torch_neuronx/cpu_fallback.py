@@ -7,15 +7,18 @@ environment sets ``FAKE_TORCH_NEURONX_CPU_FALLBACK=1``.
 
 The route is torch's own, experimental one, as in torch's test
 ``test/test_privateuseone_python_backend.py`` and in ``qwen3_trn_helpers/lessons/
-toy_device.py``: a ``neuron`` tensor is an empty PrivateUse1 tensor made by
-``torch._C._acc.create_empty_tensor(shape, dtype)`` (shape and dtype only: it is always
-contiguous); its values are a CPU tensor kept for it, found through its storage; the
+toy_device.py``: a ``neuron`` tensor is a PrivateUse1 tensor with no values of its own
+(made through DLPack on the right index, tensors.py; always contiguous); its values are
+a CPU tensor kept for it, found through its storage; the
 memory operators (``empty.memory_format``, ``empty_strided``, ``_copy_from``) have
 kernels of their own and every other operator reaches one fallback
 (``Library("_", "IMPL").fallback``) that runs it on the CPU.
 
 A view keeps its strides and aliases its CPU values (see ``wrap``): a first try kept a
-transposed CPU tensor behind a contiguous wrapper and failed at the next ``view``.
+transposed CPU tensor behind a contiguous wrapper and failed at the next ``view``. Each
+tensor is made on the index torch-neuronx would give it, and its bytes are counted per
+index (tensors.py, the allocator); an operator's first run needs ``neuronx-cc`` on PATH
+(compiler.py), as torch-neuronx compiles each eager operator to a NEFF.
 """
 
 from __future__ import annotations
@@ -51,7 +54,9 @@ def install(device: str = "neuron") -> None:
     """Register the memory kernels and the CPU fallback for PrivateUse1 (named ``device``)."""
     import torch
 
-    raw_of: dict[int, torch.Tensor] = {}
+    from .compiler import compiled_for
+    from .tensors import RAW, allocate, new_tensor
+
     META = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
 
     def is_dev(x: Any) -> bool:
@@ -59,7 +64,7 @@ def install(device: str = "neuron") -> None:
 
     def unwrap(x: Any) -> Any:
         if is_dev(x):
-            raw = raw_of[x.untyped_storage()._cdata]
+            raw = RAW[x.untyped_storage()._cdata]
             if x.shape == raw.shape and x.stride() == raw.stride() and not x.storage_offset():
                 return raw
             # a view torch made without dispatching (unsqueeze, squeeze, expand... build
@@ -72,34 +77,44 @@ def install(device: str = "neuron") -> None:
             return torch.device("cpu")
         return x
 
-    def wrap(x: Any) -> Any:
+    def wrap(x: Any, index: int) -> Any:
         if isinstance(x, torch.Tensor):
             if x.is_contiguous() and not x.storage_offset():
-                dev = torch._C._acc.create_empty_tensor(tuple(x.shape), x.dtype)
-                raw_of[dev.untyped_storage()._cdata] = x
-                return dev
-            # a view (transposed, sliced...): create_empty_tensor takes no strides, so the
-            # wrapper is a contiguous 1-D tensor over the CPU tensor's whole storage, and
-            # the view is made of it with its sizes, strides and offset by the Meta
-            # kernel of as_strided (which only sets metadata; the CPU one checks the
-            # wrapper's empty storage). A first try wrapped the view as a contiguous
-            # tensor and failed at the next ``view``.
+                return new_tensor(x, index)
+            # a view (transposed, sliced...): the wrapper is a contiguous 1-D tensor over
+            # the CPU tensor's whole storage, and the view is made of it with its sizes,
+            # strides and offset by the Meta kernel of as_strided (which only sets
+            # metadata; the CPU one checks the wrapper's storage). A first try wrapped
+            # the view as a contiguous tensor and failed at the next ``view``.
             flat = torch.empty(0, dtype=x.dtype).set_(
                 x.untyped_storage(), 0, (x.untyped_storage().nbytes() // x.itemsize,)
             )
-            base = torch._C._acc.create_empty_tensor(tuple(flat.shape), x.dtype)
-            raw_of[base.untyped_storage()._cdata] = flat
+            base = new_tensor(flat, index)
             return torch.ops.aten.as_strided.default.redispatch(
                 META, base, tuple(x.shape), x.stride(), x.storage_offset()
             )
         if isinstance(x, list | tuple):
-            return type(x)(wrap(v) for v in x)
+            return type(x)(wrap(v, index) for v in x)
         return x
+
+    def index_of(args: tuple, kwargs: dict) -> int:
+        """The device an operator's outputs go to: its first ``neuron`` input's, else
+        the ``device`` it names, else the current one."""
+        for a in (*args, *kwargs.values()):
+            for v in a if isinstance(a, list | tuple) else (a,):
+                if is_dev(v):
+                    return v.device.index or 0
+        named = kwargs.get("device")
+        if isinstance(named, torch.device) and named.type == device and named.index is not None:
+            return named.index
+        return torch.neuron.current_device()  # type: ignore[attr-defined]
 
     def fallback(op, *args, **kwargs):
         caught[op.name()] += 1
-        if record_to is not None and caught[op.name()] == 1:
-            record(record_to)
+        if caught[op.name()] == 1:
+            compiled_for(op.name())  # an operator's first run compiles its NEFF
+            if record_to is not None:
+                record(record_to)
         cpu_args = unwrap(args)
         cpu_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
         out = op(*cpu_args, **cpu_kwargs)
@@ -109,7 +124,7 @@ def install(device: str = "neuron") -> None:
         for k, v in kwargs.items():  # out= variants return their out tensor
             if is_dev(v) and out is cpu_kwargs[k]:
                 return resync(v, cpu_kwargs[k])
-        return wrap(out)
+        return wrap(out, index_of(args, kwargs))
 
     def resync(dev: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
         """An in-place or out= operator resized the CPU tensor (``resize_``, ``arange.out``
@@ -118,19 +133,26 @@ def install(device: str = "neuron") -> None:
         wrapper's sizes and storage into it (torch/csrc/autograd/variable.cpp,
         ``VariableHooks::set_data``)."""
         if dev.shape != raw.shape or dev.stride() != raw.stride():
-            dev.data = wrap(raw)
+            dev.data = wrap(raw, dev.device.index or 0)
         return dev
 
     lib = torch.library.Library("_", "IMPL")
     lib.fallback(fallback, "PrivateUse1")
     install.lib = lib  # type: ignore[attr-defined]  (kept alive: dropping it deregisters)
 
+    def index_named(named: Any) -> int:
+        if isinstance(named, torch.device) and named.index is not None:
+            return named.index
+        return torch.neuron.current_device()  # type: ignore[attr-defined]
+
     def empty(size, *, dtype=None, layout=None, device=None, pin_memory=None,
               memory_format=None):  # fmt: skip
-        return wrap(torch.empty(size, dtype=dtype or torch.get_default_dtype()))
+        values = torch.empty(size, dtype=dtype or torch.get_default_dtype())
+        return allocate(values, index_named(device))
 
     def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
-        return wrap(torch.empty(size, dtype=dtype or torch.get_default_dtype()))
+        values = torch.empty(size, dtype=dtype or torch.get_default_dtype())
+        return allocate(values, index_named(device))
 
     def copy_from(src, dst, non_blocking=False):
         values = unwrap(src)
@@ -141,6 +163,57 @@ def install(device: str = "neuron") -> None:
     torch.library.impl("aten::empty_strided", "privateuseone")(empty_strided)
     torch.library.impl("aten::_copy_from", "privateuseone")(copy_from)
     keep_storage_on_resize(device)
+    to_the_current_device(device)
+
+
+def to_the_current_device(device: str) -> None:
+    """``Tensor.to("neuron")``, ``torch.tensor(..., device="neuron")`` and
+    ``torch.as_tensor`` land on the current device, as torch-neuronx's device guard
+    gives it (NeuronGuardImpl.h:29-31: ``getDevice`` is ``current_device()``).
+
+    torch fills a missing index from the registered guard before ``_to_copy`` runs
+    (``ensure_has_index``, ATen's TensorConversions.cpp; ``torch.tensor`` copies through
+    the same ``to``); the Python route's guard always answers 0 (torch/csrc/acc/
+    Module.cpp ``PythonDeviceGuard::getDevice``), so on rank 1 an object collective's
+    ``tensor.to("neuron")`` or ``torch.tensor([0], device="neuron")`` (distributed_c10d.py
+    ``_object_to_tensor``, ``scatter_object_list``) would land on ``neuron:0``, which
+    torch-neuronx never does. The double gives the index the real guard would, in the
+    three Python calls that reach ``ensure_has_index`` (the factories, ``torch.empty``
+    and the like, pass no index to the allocator, which takes the current device)."""
+    import torch
+
+    original = torch.Tensor.to
+
+    def named(value: Any) -> Any:
+        if isinstance(value, str) and value == device:
+            return torch.device(device, torch.neuron.current_device())  # type: ignore[attr-defined]
+        if isinstance(value, torch.device) and value.type == device and value.index is None:
+            return torch.device(device, torch.neuron.current_device())  # type: ignore[attr-defined]
+        return value
+
+    def to(self, *args: Any, **kwargs: Any) -> Any:
+        args = tuple(named(a) for a in args)
+        if "device" in kwargs:
+            kwargs["device"] = named(kwargs["device"])
+        if kwargs.get("non_blocking") and self.device.type == device:
+            # to the host without blocking: torch pins the host copy, through the host
+            # allocator torch-neuronx registers (NeuronHooksInterface.h:34-37), which
+            # the Python route's hooks cannot offer; the double copies in order anyway
+            kwargs["non_blocking"] = False
+        return original(self, *args, **kwargs)
+
+    torch.Tensor.to = to
+
+    def with_device(factory):
+        def made(*args: Any, **kwargs: Any) -> Any:
+            if "device" in kwargs:
+                kwargs["device"] = named(kwargs["device"])
+            return factory(*args, **kwargs)
+
+        return made
+
+    torch.tensor = with_device(torch.tensor)
+    torch.as_tensor = with_device(torch.as_tensor)
 
 
 def keep_storage_on_resize(device: str) -> None:

@@ -39,15 +39,32 @@ def write_distribution(site: Path) -> Path:
     return site
 
 
-def install(root: Path, *, chips: int = 16, record: Path | None = None) -> dict[str, str]:
-    """The double under ``root`` (site/, bin/neuron-ls, sys/); the environment to use.
+def write_compiler(bin_dir: Path) -> Path:
+    """A ``neuronx-cc`` stub: torch-neuronx only has to find it through PATH (compiler.py);
+    the double compiles nothing with it."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    tool = bin_dir / "neuronx-cc"
+    tool.write_text(f"#!{sys.executable}\nprint('neuronx-cc (fake_torch_neuronx): a stub')\n")
+    tool.chmod(0o755)
+    return tool
+
+
+def install(
+    root: Path, *, chips: int = 16, record: Path | None = None, compiler_on_path: bool = True
+) -> dict[str, str]:
+    """The double under ``root`` (site/, bin/neuron-ls, bin/neuronx-cc, sys/); the
+    environment to use.
 
     ``chips``: Trainium2 chips of the pretend instance (16: a trn2.48xlarge). The
     environment starts from this process's and puts the double first on PYTHONPATH.
+    ``compiler_on_path``: False leaves ``neuronx-cc`` out of ``bin/`` (a test puts it
+    where setup links it instead).
     """
     site = write_distribution(root / "site")
     bin_dir = root / "bin"
     neuron_ls.write_tool(bin_dir, chips=chips)
+    if compiler_on_path:
+        write_compiler(bin_dir)
     sysfs.build(root / "sys", chips=chips)
     env = dict(os.environ)
     paths = [str(TESTS_DIR), str(site), *filter(None, [env.get("PYTHONPATH")])]

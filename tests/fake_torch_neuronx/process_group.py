@@ -1,156 +1,241 @@
-"""The ``neuron`` process group's start, as torch-neuronx's ``ProcessGroupNeuron`` makes
-it (``torch_neuronx/distributed/backend.py``: ``_neuron_runtime_setup``,
-``_set_rt_visible_cores``, ``_set_root_comm_id``), and the Neuron runtime's root
-communicator, which rank 0 binds and every other rank dials.
+"""The ``neuron`` process-group backend, as torch-neuronx registers and builds it.
 
-On one machine every 127.x address is local, so a bind alone would succeed anywhere;
-the double is told each pretend node's own address (``FAKE_TORCH_NEURONX_NODE_ADDR``,
-set per torchrun agent by the test) and fails as the runtime would on a real node when
-the root address is not rank 0's: rank 0 cannot bind there. The collectives themselves
-run on gloo (CPU tensors): the double checks the start, not the fabric.
+torch-neuronx registers the backend ``neuron`` for the device ``neuron`` when it is
+imported (distributed/backend.py:53-58, :65: ``dist.Backend.register_backend("neuron",
+_create_neuron_process_group, devices=["neuron"])``); the creator returns
+``ProcessGroupNeuron``, a *Python subclass of* ``torch.distributed.ProcessGroup``
+(:407), which torch then uses as the group itself (torch/distributed/distributed_c10d.py:
+2880-2884: "If the type is a subclass of ProcessGroup then return this process group").
+The first one built starts the Neuron runtime (:437-440, runtime.py). Its collectives are
+Python methods (:506-1553) that lower each operation to an XLA collective compiled by
+neuronx-cc and run on the NeuronCores; ``PREMUL_SUM`` is applied to the inputs and sent
+as ``SUM`` (distributed/utils.py:60-87), ``AVG`` goes to the device as is (:39-40), and
+``barrier`` exists for the default group only (backend.py:1178-1201). torch's functional
+collectives (DTensor's, TP's) reach the same methods through ``PyProcessGroup``'s
+overrides (torch/csrc/distributed/c10d/py/PyProcessGroup.hpp).
+
+The double's ``ProcessGroupNeuron`` is that class with the same names and rules, whose
+fabric is gloo: each collective copies its ``neuron`` tensors to the CPU, runs gloo's
+collective on the copies, waits, and copies the results back into the ``neuron`` tensors
+(``AVG``, which gloo lacks, as ``SUM`` then a division). So FSDP2 and TP run on ``neuron``
+tensors through the ``neuron`` backend, as on trn2; what the fabric does (NeuronLink,
+EFA, the XLA lowering, the asynchrony of ``async_op``) is not modelled: every collective
+has finished when it returns.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
-import threading
-import time
-from datetime import timedelta
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
-_STARTED = False
-_ROOT_SOCKET: socket.socket | None = None
+import torch
+import torch.distributed as dist
 
+#: the first group's world size (backend.py:50, :437-440): set once the runtime started
+_WORLD_SIZE: int | None = None
 
-class RootCommError(RuntimeError):
-    """The Neuron runtime's root communicator cannot form (bind or connect fails)."""
-
-
-def _free_port() -> int:
-    # torch-neuronx's get_free_port: bind port 0, read the port the kernel chose
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+#: collectives this process ran on the neuron backend, by name (the record's)
+RAN: Counter[str] = Counter()
 
 
-def set_root_comm_id(rank: int, store) -> str:
-    """torch-neuronx's ``_set_root_comm_id``: a preset NEURON_RT_ROOT_COMM_ID is kept;
-    else rank 0 picks a free port and shares it through the store, and every rank
-    uses MASTER_ADDR (default localhost) with it."""
-    if os.environ.get("NEURON_RT_ROOT_COMM_ID") is None:
-        if rank == 0:
-            root_port = str(_free_port())
-            store.set("NEURON_RT_PORT", root_port)
-        else:
-            root_port = store.get("NEURON_RT_PORT").decode("UTF-8")
-        root_addr = os.environ.get("MASTER_ADDR", "localhost")
-        os.environ["NEURON_RT_ROOT_COMM_ID"] = f"{root_addr}:{root_port}"
-    return os.environ["NEURON_RT_ROOT_COMM_ID"]
+def _cpu(t: torch.Tensor) -> torch.Tensor:
+    """The values of ``t`` on the CPU (a copy for a ``neuron`` tensor), contiguous."""
+    return (t.detach().to("cpu") if t.device.type == "neuron" else t.detach()).contiguous()
 
 
-def _ipv4(host: str) -> set[str]:
-    try:
-        return {ai[4][0] for ai in socket.getaddrinfo(host, None, socket.AF_INET)}
-    except socket.gaierror:
-        return set()
+def _empty_like_cpu(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty(t.shape, dtype=t.dtype)
 
 
-def _node_addresses() -> set[str]:
-    """This pretend node's addresses: the one the test gave it, else the machine's name's."""
-    given = os.environ.get("FAKE_TORCH_NEURONX_NODE_ADDR")
-    return _ipv4(given) if given else _ipv4(socket.gethostname()) | {"127.0.0.1"}
+def _flat(groups: list[list[torch.Tensor]]) -> list[torch.Tensor]:
+    return [t for group in groups for t in group]
 
 
-def start_root_communicator(rank: int, store, root: str, timeout_s: float = 30.0) -> None:
-    """Rank 0 binds the root socket at ``root``; every other rank connects to the
-    address *it* computed and must reach rank 0 (the runtime's bootstrap)."""
-    global _ROOT_SOCKET
-    host, _, port = root.rpartition(":")
-    if rank == 0:
-        here = _node_addresses()
-        if not (_ipv4(host) & here):
-            why = (
-                f"rank 0 cannot bind the root communicator at {root}: {host} is not an "
-                f"address of rank 0's node ({', '.join(sorted(here))}) (bind: Cannot assign "
-                "requested address)"
+class ProcessGroupNeuron(dist.ProcessGroup):
+    """torch-neuronx's ``ProcessGroupNeuron`` (backend.py:407-1574), its collectives on gloo."""
+
+    def __init__(self, store, rank: int, size: int, timeout) -> None:
+        super().__init__(rank, size)
+        global _WORLD_SIZE
+        if _WORLD_SIZE is None:  # backend.py:437-440: the first group starts the runtime
+            from .runtime import neuron_runtime_setup
+
+            _WORLD_SIZE = size
+            neuron_runtime_setup(rank, size, store)
+        self._fabric = dist.ProcessGroupGloo(store, rank, size, timeout)
+        self._group_name = "default"
+
+    # --- what torch asks of a ProcessGroup subclass (backend.py:483-498) ---------------
+    def getBackendName(self) -> str:  # noqa: N802
+        return "neuron"
+
+    def _set_group_name(self, name: str) -> None:
+        self._group_name = name
+
+    @property
+    def group_name(self) -> str:
+        return self._group_name
+
+    def _get_backend(self, device) -> ProcessGroupNeuron:
+        return self
+
+    @property
+    def _device_types(self) -> list[torch.device]:
+        return [torch.device("neuron")]
+
+    # --- the collectives ---------------------------------------------------------------
+    def _ran(self, name: str, work, devices=(), results=(), divide: int | None = None):
+        """Wait for gloo's ``work``, copy each CPU result back into its device tensor."""
+        work.wait()
+        for dev, cpu in zip(devices, results, strict=True):
+            dev.copy_(cpu / divide if divide else cpu)
+        RAN[name] += 1
+        if RAN[name] == 1:
+            _record()
+        return work
+
+    def _reduce_op(self, tensors: list[torch.Tensor], opts) -> tuple[list, int | None]:
+        """PREMUL_SUM applied to the inputs, sent as SUM (utils.py:72-85); AVG as SUM and
+        a division (gloo has no AVG; torch-neuronx sends AVG to the device, utils.py:39)."""
+        op = opts.reduceOp
+        if op == dist.ReduceOp.PREMUL_SUM:
+            _, factor = op.__getstate__()
+            opts.reduceOp = dist.ReduceOp.SUM
+            return [t * factor for t in tensors], None
+        if op == dist.ReduceOp.AVG:
+            opts.reduceOp = dist.ReduceOp.SUM
+            return tensors, self.size()
+        return tensors, None
+
+    def allreduce(self, tensors, opts=None):
+        tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+        opts = opts or dist.AllreduceOptions()
+        sources, divide = self._reduce_op(tensors, opts)
+        cpu = [_cpu(t).clone() for t in sources]
+        return self._ran("allreduce", self._fabric.allreduce(cpu, opts), tensors, cpu, divide)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        opts = opts or dist.AllreduceCoalescedOptions()
+        sources, divide = self._reduce_op(list(tensors), opts)
+        cpu = [_cpu(t).clone() for t in sources]
+        work = self._fabric.allreduce_coalesced(cpu, opts)
+        return self._ran("allreduce_coalesced", work, tensors, cpu, divide)
+
+    def all_gather_single(self, output, input, opts=None):
+        cpu_out = _empty_like_cpu(output)
+        work = self._fabric._allgather_base(cpu_out, _cpu(input), opts or dist.AllgatherOptions())
+        return self._ran("all_gather_single", work, [output], [cpu_out])
+
+    _allgather_base = all_gather_single
+
+    def allgather(self, outputs, inputs, opts=None):
+        cpu_outs = [[_empty_like_cpu(t) for t in group] for group in outputs]
+        work = self._fabric.allgather(cpu_outs, [_cpu(t) for t in inputs],
+                                      opts or dist.AllgatherOptions())  # fmt: skip
+        return self._ran("allgather", work, _flat(outputs), _flat(cpu_outs))
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        cpu_outs = [_empty_like_cpu(t) for t in outputs]
+        work = self._fabric.all_gather_single_coalesced(
+            cpu_outs, [_cpu(t) for t in inputs], opts or dist.AllgatherOptions()
+        )
+        return self._ran("all_gather_single_coalesced", work, outputs, cpu_outs)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        opts = opts or dist.ReduceScatterOptions()
+        (source,), divide = self._reduce_op([input], opts)
+        cpu_out = _empty_like_cpu(output)
+        work = self._fabric._reduce_scatter_base(cpu_out, _cpu(source), opts)
+        return self._ran("reduce_scatter_single", work, [output], [cpu_out], divide)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter(self, outputs, inputs, opts=None):
+        opts = opts or dist.ReduceScatterOptions()
+        flat, divide = self._reduce_op([t for group in inputs for t in group], opts)
+        it = iter(flat)
+        cpu_in = [[_cpu(next(it)) for _ in group] for group in inputs]
+        cpu_outs = [_empty_like_cpu(t) for t in outputs]
+        work = self._fabric.reduce_scatter(cpu_outs, cpu_in, opts)
+        return self._ran("reduce_scatter", work, outputs, cpu_outs, divide)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        opts = opts or dist.ReduceScatterOptions()
+        sources, divide = self._reduce_op(list(inputs), opts)
+        cpu_outs = [_empty_like_cpu(t) for t in outputs]
+        work = self._fabric.reduce_scatter_single_coalesced(
+            cpu_outs, [_cpu(t) for t in sources], opts
+        )
+        return self._ran("reduce_scatter_single_coalesced", work, outputs, cpu_outs, divide)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def broadcast(self, tensors, opts=None):
+        cpu = [_cpu(t).clone() for t in tensors]
+        work = self._fabric.broadcast(cpu, opts or dist.BroadcastOptions())
+        return self._ran("broadcast", work, tensors, cpu)
+
+    def reduce(self, tensors, opts=None):
+        opts = opts or dist.ReduceOptions()
+        sources, divide = self._reduce_op(list(tensors), opts)
+        cpu = [_cpu(t).clone() for t in sources]
+        return self._ran("reduce", self._fabric.reduce(cpu, opts), tensors, cpu, divide)
+
+    def alltoall(self, outputs, inputs, opts=None):
+        cpu_outs = [_empty_like_cpu(t) for t in outputs]
+        work = self._fabric.alltoall(cpu_outs, [_cpu(t) for t in inputs],
+                                     opts or dist.AllToAllOptions())  # fmt: skip
+        return self._ran("alltoall", work, outputs, cpu_outs)
+
+    def all_to_all_single(self, output, input, output_splits, input_splits, opts=None):
+        cpu_out = _empty_like_cpu(output)
+        work = self._fabric.alltoall_base(cpu_out, _cpu(input), output_splits, input_splits,
+                                          opts or dist.AllToAllOptions())  # fmt: skip
+        return self._ran("all_to_all_single", work, [output], [cpu_out])
+
+    alltoall_base = all_to_all_single
+
+    def gather(self, outputs, inputs, opts=None):
+        cpu_outs = [[_empty_like_cpu(t) for t in group] for group in outputs]
+        work = self._fabric.gather(cpu_outs, [_cpu(t) for t in inputs],
+                                   opts or dist.GatherOptions())  # fmt: skip
+        return self._ran("gather", work, _flat(outputs), _flat(cpu_outs))
+
+    def scatter(self, outputs, inputs, opts=None):
+        cpu_outs = [_empty_like_cpu(t) for t in outputs]
+        cpu_in = [[_cpu(t) for t in group] for group in inputs]
+        work = self._fabric.scatter(cpu_outs, cpu_in, opts or dist.ScatterOptions())
+        return self._ran("scatter", work, outputs, cpu_outs)
+
+    def barrier(self, opts=None):
+        if dist.get_world_size() != self.size():  # backend.py:1192-1195
+            raise NotImplementedError(
+                f"Barrier is implemented only for default group, called barrier on {self}"
             )
-            store.set("fake_root", f"fail: {why}")
-            raise RootCommError(f"fake_torch_neuronx (Neuron runtime): {why}")
-        server = socket.socket()
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        server.bind((host, int(port)))
-        server.listen()
-        _ROOT_SOCKET = server
+        return self._ran("barrier", self._fabric.barrier(opts or dist.BarrierOptions()))
 
-        def answer() -> None:
-            while True:
-                try:
-                    conn, _ = server.accept()
-                except OSError:
-                    return
-                with conn:
-                    conn.sendall(f"root {root}".encode())
+    def monitored_barrier(self, *args: Any):  # backend.py:1558-1559
+        raise NotImplementedError
 
-        threading.Thread(target=answer, daemon=True).start()
-        store.set("fake_root", f"ok {root}")
-        return
-    said = store.get("fake_root").decode()
-    if said.startswith("fail:"):
-        raise RootCommError(f"fake_torch_neuronx (Neuron runtime): rank 0 said {said}")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s) as conn:
-            reply = conn.recv(200).decode()
-    except OSError as e:
-        raise RootCommError(
-            f"fake_torch_neuronx (Neuron runtime): rank {rank} cannot reach the root "
-            f"communicator at {root} ({e}); rank 0 listens at {said.split()[1]}"
-        ) from None
-    if reply != f"root {said.split()[1]}":
-        raise RootCommError(f"fake_torch_neuronx: rank {rank} reached {reply!r}, not rank 0")
+    def recv_anysource(self, *args: Any):  # backend.py:1555-1556
+        raise NotImplementedError
 
 
-def neuron_runtime_setup(rank: int, size: int, store) -> str:
-    """torch-neuronx's ``_neuron_runtime_setup``, once per process: visible cores, the
-    root communicator id, then the runtime's bootstrap (its barrier)."""
-    global _STARTED
-    if not os.environ.get("NEURON_RT_VISIBLE_CORES"):  # _set_rt_visible_cores: only if unset
-        os.environ["NEURON_RT_VISIBLE_CORES"] = os.environ.get("LOCAL_RANK", "0")
-    root = set_root_comm_id(rank, store)
-    _record(rank, root)
-    start_root_communicator(rank, store, root)
-    # the runtime's barrier (_nrt_barrier right after nrt_init): every rank reached the
-    # root before any goes on
-    store.add("fake_root_reached", 1)
-    deadline = time.monotonic() + 60
-    while store.add("fake_root_reached", 0) < size:
-        if time.monotonic() > deadline:
-            raise RootCommError("fake_torch_neuronx: the runtime's barrier timed out")
-        time.sleep(0.05)
-    _STARTED = True
-    return root
+def create_neuron_process_group(store, rank: int, size: int, timeout) -> ProcessGroupNeuron:
+    """The creator torch calls for ``init_process_group("neuron")`` and each new group
+    on the backend (backend.py:53-54)."""
+    return ProcessGroupNeuron(store, rank, size, timeout)
 
 
-def _record(rank: int, root: str) -> None:
+def _record() -> None:
+    """Write what collectives ran into the record folder, as each first runs (a rank may
+    leave with ``os._exit``, training/ranks.py ``leave``: no atexit)."""
     folder = os.environ.get("FAKE_TORCH_NEURONX_RECORD")
-    if not folder:
-        return
-    seen = {
-        "rank": rank,
-        "group_rank": os.environ.get("GROUP_RANK"),
-        "node": os.environ.get("FAKE_TORCH_NEURONX_NODE_ADDR"),
-        "master_addr": os.environ.get("MASTER_ADDR"),
-        "root_comm_id": root,
-        "visible_cores": os.environ.get("NEURON_RT_VISIBLE_CORES"),
-    }
-    Path(folder, f"rank{rank}.json").write_text(json.dumps(seen))
-
-
-def create_neuron_process_group(store, rank: int, size: int, timeout: timedelta):
-    """The creator torch calls for ``init_process_group("neuron")``."""
-    import torch.distributed as dist
-
-    if not _STARTED:
-        neuron_runtime_setup(rank, size, store)
-    return dist.ProcessGroupGloo(store, rank, size, timeout)
+    if folder:
+        rank = os.environ.get("RANK", "0")
+        Path(folder, f"collectives_rank{rank}.json").write_text(json.dumps(RAN))

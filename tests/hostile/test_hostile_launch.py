@@ -221,7 +221,7 @@ def test_the_fabric_check_passes_10_times_in_a_row_on_two_agents(tmp_path):
     (they did, every time: two ``pt_gloo_runloop`` and ``gloo_tcp_loop`` outlived
     destroy_process_group, and on a real two-node Slurm a rank aborted there, exit -6).
     It was 20 (511 s of the long step on 2 cores); the fault it guards showed every time."""
-    from qwen3_trn_helpers.ops.smoke import _command, _rungs
+    from qwen3_trn_helpers.ops.smoke.ladder import _command, _rungs
 
     rung = next(r for r in _rungs(full_size=False) if r.name == "collectives")
     shutdowns = tmp_path / "shutdowns"

@@ -41,14 +41,7 @@ training rung's run folder back; ``device_memory.py`` reads the Neuron driver's
 device-memory counters around the 64-rank rung.
 """
 
-from .checks import (
-    TrainingCheck,
-    _checkpoint_cached,
-    _hub_online,
-    check_training_run,
-    full_size_flags,
-    training_memory,
-)
+from .checks import TrainingCheck, check_training_run, full_size_flags, training_memory
 from .device_memory import (
     SYSFS_ROOT,
     device_memory_after_rung,
@@ -58,7 +51,7 @@ from .device_memory import (
     neuron_driver_version,
     reset_device_memory_peaks,
 )
-from .ladder import ACROSS_FIX, Ladder, Rung, _command, _rungs, expectation, run_ladder
+from .ladder import ACROSS_FIX, Ladder, Rung, expectation, run_ladder
 from .launching_rungs import (
     COMPILE_RUNG_SEQ_LEN,
     compile_step_command,
@@ -76,10 +69,6 @@ __all__ = [
     "Ladder",
     "Rung",
     "TrainingCheck",
-    "_checkpoint_cached",
-    "_command",
-    "_hub_online",
-    "_rungs",
     "check_training_run",
     "compile_step_command",
     "count_neffs",

@@ -33,6 +33,15 @@ class Rung:
     timeout_s: float
     fix: str
     train: tuple[str, ...] = ()  # a training rung: its `qwen3-trn train` flags
+    #: the body runs in each of 2 ranks of a torchrun the ladder starts (one per node's
+    #: rank across nodes), not in one process
+    in_ranks: bool = False
+    #: the body starts ranks of its own: no one-process core of a class's share for it
+    starts_ranks: bool = False
+    #: the real model on every logical core of a trn2.48xlarge: skipped off trn2 and in a
+    #: class's share; what `reproduce` needs (the hub's corpus, the published checkpoint)
+    #: checked where reachable; the driver's device-memory counters read around it
+    whole_trn2: bool = False
     notes: tuple[str, ...] = ()  # what the rung could not check here, said in its reason
     status: str = "not run"
     seconds: float = 0.0
@@ -62,13 +71,13 @@ def _rungs(full_size: bool) -> list[Rung]:
              "TORCH_DEVICE_BACKEND_AUTOLOAD=0"),
         Rung("collectives", "2 ranks: all_reduce and one FSDP2 step", 900,
              "check neuron-ls for other processes holding NeuronCores (shut down notebook "
-             "kernels)"),
+             "kernels)", in_ranks=True),
         Rung("nki_moe_kernel", "NKI MoE op = PyTorch reference (fwd, grads)", 1800,
              "check the nki-library version (moe_cte / blockwise_mm_bwd signatures drift); "
              "--moe-impl grouped_mm avoids the kernels"),
         Rung("spmd_backends", "torchtitan's spmd_backend values at TP 2 on 2 ranks", 2700,
              "pass another one to every run: qwen3-trn train --spmd-backend NAME (the "
-             "rung's line names those that work)"),
+             "rung's line names those that work)", starts_ranks=True),
         Rung("compile", "one tiny step compiled on `neuron`, twice: the cache", 3600,
              "rerun without --compile (eager) to train meanwhile; the rung's log holds "
              "neuronx-cc's error"),
@@ -85,7 +94,7 @@ def _rungs(full_size: bool) -> list[Rung]:
             Rung("4b_native_64ranks", "Qwen3-4B layout, 2 steps on 64 ranks", 3600,
                  "the first step compiles for minutes; watch memory with neuron-top",
                  train=("--variant", "native", "--preset", "4b", "--nproc", "64",
-                        "--steps", "2"))
+                        "--steps", "2"), whole_trn2=True)
         )  # fmt: skip
     return rungs
 
@@ -98,6 +107,20 @@ class Ladder:
     def passed(self) -> bool:
         return all(r.status in ("pass", "skip") for r in self.rungs)
 
+    def choices(self) -> list[dict]:
+        """The trn2 path's never-run choices (training/trn2_choices.py), each with the
+        rungs of this climb that exercised it and how they ended ("not run": none)."""
+        from ...training.trn2_choices import CHOICES
+
+        status = {r.name: r.status for r in self.rungs}
+        found = []
+        for name, rungs in CHOICES:
+            seen = {n: status.get(n, "not run") for n in rungs}
+            outcome = next((o for o, s in (("ran", "pass"), ("failed", "fail"))
+                            if s in seen.values()), "not run")  # fmt: skip
+            found.append({"choice": name, "rungs": seen, "outcome": outcome})
+        return found
+
     def to_json(self) -> dict:
         return {
             "rungs": [
@@ -108,7 +131,8 @@ class Ladder:
                     or (k == "memory" and v is not None)
                 }
                 for r in self.rungs
-            ]
+            ],
+            "trn2_choices": self.choices(),
         }
 
 
@@ -128,7 +152,7 @@ def _command(rung: Rung, out: Path, across: RunSpec | None = None) -> list[str]:
     if rung.train:
         return [sys.executable, "-m", "qwen3_trn_helpers", "train", *rung.train,
                 "--out", str(out / rung.name), "--overwrite", "--no-progress"]  # fmt: skip
-    if rung.name == "collectives":
+    if rung.in_ranks:
         from ...runs.launch import torchrun
 
         body = [*SMOKE_MODULE, rung.name]
@@ -168,7 +192,7 @@ def run_ladder(
     out.mkdir(parents=True, exist_ok=True)
     rungs = _rungs(full_size=full)
     if across is not None:
-        rungs = [replace(r, fix=ACROSS_FIX) if r.name == "collectives" else r for r in rungs]
+        rungs = [replace(r, fix=ACROSS_FIX) if r.in_ranks else r for r in rungs]
     if only:
         unknown = sorted(set(only) - {r.name for r in rungs})
         if unknown:
@@ -182,9 +206,9 @@ def run_ladder(
     from ...runs.neuron_cores import CLASS_SLICE_ENV
 
     for rung in ladder.rungs:
-        if rung.name == "4b_native_64ranks" and not on_neuron:
+        if rung.whole_trn2 and not on_neuron:
             rung.status, rung.reason = "skip", "needs a trn2.48xlarge (64 logical NeuronCores)"
-        elif rung.name == "4b_native_64ranks" and os.environ.get(CLASS_SLICE_ENV):
+        elif rung.whole_trn2 and os.environ.get(CLASS_SLICE_ENV):
             share = os.environ[CLASS_SLICE_ENV]
             rung.status, rung.reason = (
                 "skip",
@@ -193,7 +217,7 @@ def run_ladder(
                     f"({CLASS_SLICE_ENV}={share}) is a part of them: climb it on a trn2 of your own"
                 ),
             )
-        elif rung.name == "4b_native_64ranks":
+        elif rung.whole_trn2:
             from ...model.presets import PRESETS
 
             online = _hub_online()
@@ -212,6 +236,10 @@ def run_ladder(
             print(line + (f"\n      fix: {rung.fix}" if rung.status == "fail" else ""), flush=True)
     from ...training.metrics_file import strict_json
 
+    if echo and on_neuron:  # which of the trn2 path's never-run choices this climb ran
+        for choice in ladder.choices():
+            said = ", ".join(f"{n} {s}" for n, s in choice["rungs"].items())
+            print(f"choice {choice['outcome']:<7} {choice['choice']} ({said})")
     (out / "smoke.json").write_text(strict_json(ladder.to_json(), indent=2))
     return ladder
 
@@ -236,12 +264,13 @@ def _across_nodes(across: RunSpec, only: list[str] | None) -> list[str]:
         )
     across.validate()
     check_endpoint_reachable_by_all(across.rdzv_endpoint)
-    if only and set(only) != {"collectives"}:
+    across_nodes = [r.name for r in _rungs(full_size=False) if r.in_ranks]
+    if only and set(only) != set(across_nodes):
         raise ConfigError(
-            "with --nnodes the ladder climbs only the collectives rung, across the nodes; "
-            "climb the other rungs on each node without --nnodes"
+            f"with --nnodes the ladder climbs only the {' and '.join(across_nodes)} rung, "
+            "across the nodes; climb the other rungs on each node without --nnodes"
         )
-    return ["collectives"]
+    return across_nodes
 
 
 def _climb(
@@ -262,7 +291,7 @@ def _climb(
     # the checkpoint
     env = child_environment(
         neuron=on_neuron, threads=1, offline=not online,
-        one_process=not rung.train and rung.name not in ("collectives", "spmd_backends"),
+        one_process=not (rung.train or rung.in_ranks or rung.starts_ranks),
     )  # fmt: skip
     # a timeout, Ctrl-C or SIGTERM stops the rung's whole process group (torchrun's
     # workers, whatever holds NeuronCores) before the ladder goes on or stops

@@ -47,7 +47,7 @@ def rung_spmd_backends() -> None:
     import tempfile
 
     from ...runs.child import run_child
-    from ...training.spec import SPMD_BACKENDS, RunSpec
+    from ...training.spec import SPMD_BACKENDS
 
     out = Path(tempfile.mkdtemp(prefix="qwen3-trn-spmd-"))
     results: dict[str, tuple[bool, str]] = {}
@@ -56,7 +56,10 @@ def rung_spmd_backends() -> None:
         print(f"--- {backend}: exit status {proc.returncode}\n{proc.output[-9000:]}",
               file=sys.stderr)  # fmt: skip
         results[backend] = (proc.ok, "" if proc.ok else proc.error_line()[:160])
-    default = RunSpec().spmd_backend
+    from ...device import DEVICES, detect_device_type
+    from ...training.trn2_choices import default_spmd_backend
+
+    default = default_spmd_backend(DEVICES.get(detect_device_type(), DEVICES["cpu"]))
     passed, line = summarize_backends(results, default)
     print(("ok: " if passed else "fail: ") + line)
     sys.exit(0 if passed else 1)

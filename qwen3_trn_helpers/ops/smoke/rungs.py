@@ -144,14 +144,15 @@ def rung_collectives() -> None:
     backend = (
         "gloo" if device_type == "cpu" else dist.Backend.default_device_backend_map.get(device_type)
     )
+    from ...training.class_share import claim_rank_core
+
+    claim_rank_core()  # in a class's share: this rank's core (runs/neuron_cores.py)
     dist.init_process_group(backend=backend)
     rank, world = dist.get_rank(), dist.get_world_size()
-    if device_type == "cpu":
-        device = torch.device("cpu")
-    else:  # after init_process_group each rank owns one device, index LOCAL_RANK (or
-        # its only one, in a class's share: NEURON_RT_VISIBLE_CORES names one core)
-        seen = getattr(torch, device_type).device_count()
-        device = torch.device(device_type, rank_place().local_rank % seen)
+    # after init_process_group each rank owns one device, index LOCAL_RANK (torch-neuronx
+    # distributed/backend.py:303), in a class's share too
+    local = rank_place().local_rank
+    device = torch.device("cpu") if device_type == "cpu" else torch.device(device_type, local)
     x = torch.full((4,), float(rank + 1), device=device)
     dist.all_reduce(x)
     expected = world * (world + 1) / 2
@@ -247,6 +248,20 @@ def rung_nki_moe_kernel() -> None:
 
     if detect_device_type() != "neuron":
         _skip("needs a NeuronCore (the NKI kernels run only on Trainium)")
+    for module in (
+        "nki",
+        "nkilib.core.moe.moe_cte.moe_cte",
+        "nkilib.experimental.moe.bwd.blockwise_mm_backward",
+        "torch_neuronx.nki_hop",
+    ):
+        try:  # (what model/nki_moe.py imports on first use)
+            __import__(module)
+        except Exception as e:  # one line, not a traceback from inside the op's build
+            print(
+                f"fail: the NKI MoE kernels cannot load: {module} ({type(e).__name__}: {e}); "
+                "nki, nki-library and torch-neuronx's NKI bridge come with the Neuron venv"
+            )
+            sys.exit(1)  # fmt: skip
     worst = 0.0
     for experts, top_k, tokens in ((4, 2, 256), (128, 8, 256), (128, 8, 4096)):
         err, name = _nki_vs_reference(experts, top_k, tokens)

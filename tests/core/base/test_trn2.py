@@ -219,9 +219,11 @@ def test_launch_commands_for_trn2():
     added = set(env) - set(os.environ)
     # (and the compiled-graph cache, one folder for every launch: training/compile.py;
     # torchrun's store a fresh one each restart round: runs/launch.py; the NEFF cache
-    # lock's timeout: training/compile.py)
+    # lock's timeout and this user's own lock folder: training/compile.py; PATH, where
+    # neuronx-cc lies beside this interpreter and PATH lacks it: trn2.py)
     neuron = {"NEURON_LOGICAL_NC_CONFIG", "TORCH_NEURONX_NEFF_CACHE_DIR",
-              "TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT"}  # fmt: skip
+              "TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT", "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR",
+              "PATH"}  # fmt: skip
     assert added - set(FRESH_STORE_EACH_ROUND) <= neuron
     assert env.items() >= FRESH_STORE_EACH_ROUND.items()
 

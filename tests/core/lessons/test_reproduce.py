@@ -94,3 +94,27 @@ def test_pretrained_starts_below_random(variant, checkpoint, tmp_path, request):
 def test_tensorboard_events_written(tmp_path):
     result = run(steps=2, out=str(tmp_path / "tb"), tensorboard=True, progress=False)
     assert list((result.out / "tb").rglob("events.out.tfevents.*"))
+
+
+def test_a_launched_runs_export_gets_its_shape_from_its_folder(tmp_path):
+    """Every trn2 run is launched, and its result comes from its folder with no plan:
+    notebook 03's "what the models say" cell failed there ('NoneType' object has no
+    attribute 'shape'; found by the trn2 rehearsal on the test double, issue 45)."""
+    import json
+    from dataclasses import asdict
+
+    from qwen3_trn_helpers.lessons.generation import exported_folder
+    from qwen3_trn_helpers.runs.folder import RunResult
+    from qwen3_trn_helpers.training.spec import RunSpec
+
+    spec = RunSpec(preset="tiny", steps=2, out=str(tmp_path / "run"), device="neuron")
+    run = tmp_path / "run"
+    (run / "checkpoint" / "step-2").mkdir(parents=True)
+    (run / "checkpoint" / "step-2" / "model.safetensors").write_bytes(b"weights")
+    info = {"status": "completed", "spec": asdict(spec), "resolved": {"device": "neuron"}}
+    (run / "run.json").write_text(json.dumps(info))
+    result = RunResult(out=run, spec=spec, status="completed")
+    assert result.plan is None
+    folder = exported_folder(result)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["hidden_size"] == 128 and (folder / "model.safetensors").exists()

@@ -17,6 +17,7 @@ from qwen3_trn_helpers import cli, trn2
 from qwen3_trn_helpers.errors import ConfigError
 from qwen3_trn_helpers.runs import neuron_cores
 from qwen3_trn_helpers.runs import torchrun as launch
+from qwen3_trn_helpers.training import class_share
 from qwen3_trn_helpers.training.plan import plan_run
 from qwen3_trn_helpers.training.spec import RunSpec
 
@@ -44,7 +45,11 @@ def test_each_rank_takes_the_slice_start_plus_its_local_rank():
         trn2.rank_visible_core("8-15", 8)
     env = {"LOCAL_RANK": "3"}
     assert neuron_cores.confine_rank_to_its_core(RunSpec(neuron_cores="8-15"), env) == "11"
-    assert env["NEURON_RT_VISIBLE_CORES"] == "11"
+    # noted, not yet visible: the rank claims it as its process group starts (N10)
+    assert "NEURON_RT_VISIBLE_CORES" not in env and env[class_share.RANK_CORE_ENV] == "11"
+    assert class_share.claim_rank_core(env) == "11"
+    assert env == {"LOCAL_RANK": "3", "NEURON_RT_VISIBLE_CORES": "11"}
+    assert class_share.claim_rank_core(env) is None  # (once)
 
 
 def test_slice_must_hold_one_core_per_rank():
@@ -89,10 +94,13 @@ def test_a_slice_runs_the_tiny_presets_not_the_64_rank_ones():
         plan_run(RunSpec(neuron_cores="8", out="x"), device_type="cpu")
 
 
-def test_rank_sets_its_core_before_torch_is_imported(tmp_path):
-    """A rank as torchrun starts it (LOCAL_RANK 1 of 2): the first import of torch (which
-    autoloads torch-neuronx) already sees NEURON_RT_VISIBLE_CORES = 8 + 1. The run then
-    stops for want of a Trainium here, which is fine."""
+def test_rank_names_no_core_before_its_process_group_starts(tmp_path):
+    """A rank as torchrun starts it (LOCAL_RANK 1 of 2) with --neuron-cores 8-9: when
+    torch (and torch-neuronx) is first imported NEURON_RT_VISIBLE_CORES is still unset,
+    so torch-neuronx shows the whole instance and torchtitan picks neuron:LOCAL_RANK
+    (N10 of issue 45: with core 9 already visible it picked neuron:0, which torch-neuronx
+    refuses after init_process_group); the core is noted for the rank to claim. The run
+    then stops for want of a Trainium here, which is fine."""
     code = f"""
 import os, sys
 os.environ.update(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
@@ -101,7 +109,8 @@ seen = []
 class Spy:
     def find_spec(self, name, path=None, target=None):
         if name == "torch" and not seen:
-            seen.append(os.environ.get("NEURON_RT_VISIBLE_CORES"))
+            seen.append([os.environ.get("NEURON_RT_VISIBLE_CORES"),
+                         os.environ.get("QWEN3_TRN_RANK_NEURON_CORE")])
         return None
 sys.meta_path.insert(0, Spy())
 from qwen3_trn_helpers.cli import main
@@ -113,7 +122,7 @@ print("SEEN", __import__("json").dumps(seen))
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
     )
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("SEEN "))
-    assert json.loads(line.removeprefix("SEEN ")) == ["9"], proc.stderr[-2000:]
+    assert json.loads(line.removeprefix("SEEN ")) == [[None, "9"]], proc.stderr[-2000:]
     assert "no Trainium device is visible" in proc.stderr
 
 
@@ -212,18 +221,21 @@ def test_doctor_names_the_share(monkeypatch, capsys):
 @pytest.mark.slow
 def test_raw_torchrun_ranks_stay_in_the_share(tmp_path, monkeypatch):
     """The smoke ladder's own torchrun rungs (collectives, spmd_backends): each rank
-    starts with the share's first core + LOCAL_RANK, as our training ranks do."""
+    starts with the share's first core + LOCAL_RANK noted, to claim as its process group
+    starts, as our training ranks do (nothing visible before: N10 of issue 45)."""
     import subprocess
     import sys
 
+    from qwen3_trn_helpers.ops.smoke import spmd_backend_command
+    from qwen3_trn_helpers.ops.smoke.ladder import _command, _rungs
     from qwen3_trn_helpers.runs.neuron_cores import CLASS_SLICE_ENV, share_torchrun_prefix
-    from qwen3_trn_helpers.ops.smoke import _command, _rungs, spmd_backend_command
 
     monkeypatch.setenv(CLASS_SLICE_ENV, "8-15")
     prefix = share_torchrun_prefix(2)
     report = (  # one write per line: two ranks' prints share a pipe and can interleave
-        "import os; os.write(1, ('core %s %s\\n' % (os.environ['LOCAL_RANK'], "
-        "os.environ['NEURON_RT_VISIBLE_CORES'])).encode())"
+        "import os; os.write(1, ('core %s %s %s\\n' % (os.environ['LOCAL_RANK'], "
+        "os.environ['QWEN3_TRN_RANK_NEURON_CORE'], "
+        "os.environ.get('NEURON_RT_VISIBLE_CORES'))).encode())"
     )
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
@@ -232,7 +244,7 @@ def test_raw_torchrun_ranks_stay_in_the_share(tmp_path, monkeypatch):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert sorted(ln for ln in proc.stdout.splitlines() if ln.startswith("core")) == [
-        "core 0 8", "core 1 9"
+        "core 0 8 None", "core 1 9 None"
     ]  # fmt: skip
     collectives = next(r for r in _rungs(False) if r.name == "collectives")
     assert _command(collectives, tmp_path)[4:10] == ["--nproc-per-node=2", *prefix[:5]]

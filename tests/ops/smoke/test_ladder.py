@@ -104,13 +104,13 @@ def test_full_size_rung_asks_for_c4_and_the_checkpoint_when_it_can():
 
 
 def test_full_size_rung_expects_what_its_flags_ask_for():
-    rung = next(r for r in smoke._rungs(full_size=True) if r.name == "4b_native_64ranks")
+    rung = next(r for r in smoke.ladder._rungs(full_size=True) if r.name == "4b_native_64ranks")
     assert "--corpus" not in rung.train  # the preset's own corpus: C4
     online = smoke.Rung(**{**rung.__dict__, "train": (*rung.train, "--init", "pretrained")})
     assert smoke.expectation(online, on_neuron=True) == TrainingCheck(2, True, "c4", "pretrained")
     offline = smoke.Rung(**{**rung.__dict__, "train": (*rung.train, "--corpus", "embedded")})
     assert smoke.expectation(offline, on_neuron=True).corpus == "embedded"
-    tiny = next(r for r in smoke._rungs(full_size=False) if r.name == "tiny_native_2ranks")
+    tiny = next(r for r in smoke.ladder._rungs(full_size=False) if r.name == "tiny_native_2ranks")
     assert smoke.expectation(tiny, on_neuron=False) == TrainingCheck(3, False)
 
 
@@ -122,7 +122,7 @@ def test_offline_means_no_hub_request(monkeypatch):
 
     monkeypatch.setattr(urllib.request, "urlopen", no_network)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert smoke._hub_online() is False
+    assert smoke.checks._hub_online() is False
 
 
 # --- spmd_backend ---------------------------------------------------------------------
@@ -135,7 +135,18 @@ def test_spmd_backends_are_torchtitans():
 
     hints = typing.get_type_hints(ParallelismConfig)
     assert set(typing.get_args(hints["spmd_backend"])) == set(SPMD_BACKENDS)
-    assert RunSpec().spmd_backend == ParallelismConfig().spmd_backend == "spmd_types"
+    # auto: upstream's default off trn2, the DTensor path AWS documents on it
+    assert ParallelismConfig().spmd_backend == "spmd_types" and RunSpec().spmd_backend == "auto"
+    from qwen3_trn_helpers.training.plan import plan_run
+
+    assert plan_run(RunSpec(), device_type="cpu").spmd_backend == "spmd_types"
+    neuron = plan_run(RunSpec(), device_type="neuron")
+    assert neuron.spmd_backend == "full_dtensor"
+    assert neuron.summary()["spmd backend"] == "full_dtensor"
+    assert "spmd backend" not in plan_run(RunSpec(), device_type="cpu").summary()
+    # torchtitan's transformers backend takes spmd_types only (its parallelize.py)
+    hf = plan_run(RunSpec(variant="transformers_v5"), device_type="neuron")
+    assert hf.spmd_backend == "spmd_types"
 
 
 def test_spmd_backend_reaches_torchtitans_config():
@@ -286,3 +297,20 @@ def test_a_training_rung_records_measured_and_estimated_memory(ten_step_random, 
 
 # (device-memory readings from the driver's counters: tests/e2e/test_torch_neuronx_double.py,
 # on the test double's sysfs tree)
+
+
+def test_smoke_json_says_which_trn2_choices_ran():
+    """Issue 45, item 5: each never-run choice of the trn2 path, with the rungs that
+    exercise it (a skipped rung did not run it)."""
+    from qwen3_trn_helpers.ops.smoke import Ladder, Rung
+
+    climbed = [Rung("compile", "", 1, "", status="pass"),
+               Rung("nki_moe_kernel", "", 1, "", status="skip")]  # fmt: skip
+    choices = {c["choice"]: c for c in Ladder(climbed).to_json()["trn2_choices"]}
+    compiled = choices["compiled SimpleFSDP through graph_trainer's jit mode"]
+    assert compiled == {"choice": compiled["choice"], "rungs": {"compile": "pass"},
+                        "outcome": "ran"}  # fmt: skip
+    backward = choices["nkilib's experimental MoE backward (blockwise_mm_bwd)"]
+    assert backward["rungs"] == {"nki_moe_kernel": "skip"} and backward["outcome"] == "not run"
+    spmd = next(c for name, c in choices.items() if name.startswith("the SPMD backend"))
+    assert spmd["rungs"] == {"spmd_backends": "not run", "tiny_native_2ranks": "not run"}
