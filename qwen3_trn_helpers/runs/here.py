@@ -15,7 +15,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from ..errors import RunFolderError, Terminated, stop_signal
+from ..errors import RunFolderError, Terminated, forget_stops, stop_error, stop_signal
 from ..training.metrics_file import read_metrics
 from ..training.plan import Plan
 from ..training.ranks import launched_by_torchrun, rank
@@ -64,6 +64,7 @@ def _train_in_folder(
     error = None
     # a run that saves checkpoints saves one more on SIGTERM, or when asked through
     # OUT/save-and-stop, which rank 0 looks for (training/stopping.py)
+    forget_stops()  # (a stop of an earlier run in this process is not this run's)
     stop = StopRequest(out / STOP_FILE if rank0 else None)
     try:  # from here on, however the run ends, the bar closes and run.json says how
         manifest("running")
@@ -96,7 +97,7 @@ def _train_in_folder(
         stopped = stop_signal()  # a stop that surfaced as another error is still a stop
         if stopped is not None:
             result.status = "terminated" if stopped == signal.SIGTERM else "interrupted"
-            raise (Terminated if stopped == signal.SIGTERM else KeyboardInterrupt)() from None
+            raise stop_error(stopped) from None
         result.status, error = "failed", f"{type(e).__name__}: {e}"
         raise
     finally:

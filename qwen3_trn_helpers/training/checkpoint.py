@@ -35,7 +35,7 @@ from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.filesystem import FileSystem
 from torchtitan.components.checkpointer import CheckpointManager
 
-from ..errors import RunFolderError, TrainingError
+from ..errors import RunFolderError, TrainingError, stop_error, stop_signal
 
 
 def _root_cause(error: BaseException) -> BaseException:
@@ -52,8 +52,6 @@ def _root_cause(error: BaseException) -> BaseException:
 def _interrupted(error: BaseException) -> bool:
     """Whether any rank's failure in a CheckpointException is a Ctrl-C (or SIGTERM), or
     this process was asked to stop: the other ranks' errors are then its consequence."""
-    from ..errors import stop_signal
-
     failures = getattr(error, "failures", None)
     inner = [f[0] if isinstance(f, tuple) else f for f in (failures or {}).values()]
     return stop_signal() is not None or any(
@@ -179,8 +177,8 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:
-            if _interrupted(e):
-                raise KeyboardInterrupt from None  # Ctrl-C during the save: a Ctrl-C
+            if _interrupted(e):  # Ctrl-C (SIGTERM) during the save: a Ctrl-C (SIGTERM)
+                raise stop_error(stop_signal()) from None
             raise TrainingError(
                 f"saving the checkpoint of step {curr_step} into {self.folder} failed "
                 f"({_reason(e)}); metrics.jsonl holds every step so far. Free disk space or "
@@ -195,7 +193,7 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
             raise
         except BaseException as e:
             if _interrupted(e):
-                raise KeyboardInterrupt from None
+                raise stop_error(stop_signal()) from None
             which = f"step {step}" if step != -1 else "the newest checkpoint"
             raise TrainingError(
                 f"loading {which} from {self.folder} failed ({_reason(e)}); the checkpoint "

@@ -22,7 +22,15 @@ with collector_paused():  # the stack's modules stay: no full collections while 
     import torch
 
 from ..device import DEVICES, Device
-from ..errors import PEER_LOST, AssetError, ConfigError, NonFiniteLoss, TrainingError
+from ..errors import (
+    PEER_LOST,
+    AssetError,
+    ConfigError,
+    NonFiniteLoss,
+    TrainingError,
+    stop_error,
+    stop_signal,
+)
 from ..model.variants import VARIANTS, BlockwiseMoE, TorchtitanQwen3, TransformersV5, Variant
 from . import patches
 from .compile import (
@@ -187,6 +195,12 @@ class _RunScope:
             super().train_step(data_iterator)  # type: ignore[misc]
             self._stop_if_requested()
         except Exception as e:
+            stopped = stop_signal()
+            if stopped is not None:
+                # a stop wins over any cause found after it: SIGTERM in a first compiled
+                # step also kills the compiler's processes, whose error names the compile
+                # cache, which is not damaged (a scancel must not send a user to delete it)
+                raise stop_error(stopped) from None
             cache = compile_cache_folder(self.config.qwen3_trn.device) if self._compiles else None  # type: ignore[attr-defined]
             fault = cache_fault(e, cache[1]) if cache is not None else None
             if fault is not None:

@@ -34,6 +34,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..errors import note_stop
+
 #: in a run folder: ask the run to save its current step and stop cleanly
 STOP_FILE = "save-and-stop"
 
@@ -141,6 +143,7 @@ class StopRequest:
 
         def handler(signum, frame):
             self.signal = signum
+            note_stop(signum)  # a step this signal breaks fails as a stop (errors.stop_signal)
 
         previous = signal.signal(signal.SIGTERM, handler)
         try:

@@ -1,0 +1,98 @@
+"""A stop signal wins over any cause found after it (issue 51, item 1).
+
+SIGTERM of `train --nproc 2 --compile` in its first compiled step reached each rank while
+inductor compiled: the compiler's processes got the signal too, and the step failed with
+an error naming the compile cache. With ``--checkpoint-interval`` the rank's SIGTERM
+handler (training/stopping.py) only recorded the request, so the failed step was taken
+for a damaged cache: run.json said ``failed: the compile cache ... holds a damaged entry
+...; delete the folder`` in 2 of 4 tries while the terminal said ``terminated``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from types import SimpleNamespace
+
+import pytest
+
+from qwen3_trn_helpers.device import DEVICES
+from qwen3_trn_helpers.errors import (
+    AssetError,
+    Terminated,
+    forget_stops,
+    stop_signal,
+    terminate_on_sigterm,
+)
+from qwen3_trn_helpers.training.run_scope import _RunScope
+from qwen3_trn_helpers.training.stopping import StopRequest
+
+
+class _CompileKilled:
+    """torchtitan's train_step as it fails when the compiler's processes were killed:
+    the error names a file in the compile cache (inductor's own words)."""
+
+    cache = ""
+
+    def train_step(self, data_iterator) -> None:
+        raise RuntimeError(
+            f"CppCompileError: C++ compile error\nCommand: g++ {self.cache}/ab/cab.cpp "
+            "-shared -fPIC -o ...\nOutput: g++: fatal error: Killed signal terminated program"
+        )
+
+
+class _Trainer(_RunScope, _CompileKilled):
+    pass
+
+
+@pytest.fixture
+def trainer(tmp_path, monkeypatch):
+    """A run scope around that failing step, as a compiled CPU run has it."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    made = _Trainer.__new__(_Trainer)
+    made.cache = str(tmp_path / "inductor")
+    made._local_losses, made._compiles, made.step = [], True, 1
+    made.config = SimpleNamespace(qwen3_trn=SimpleNamespace(device=DEVICES["cpu"]))
+    made.stop_request = StopRequest()
+    forget_stops()
+    yield made
+    forget_stops()
+
+
+def test_a_compile_error_without_a_stop_is_still_named_a_cache_fault(trainer):
+    with pytest.raises(AssetError, match="compile cache .* holds a damaged entry"):
+        trainer.train_step(iter(()))
+
+
+def test_sigterm_recorded_by_the_stop_request_wins_over_the_cache_fault(trainer):
+    """The run saves checkpoints, so SIGTERM only records a stop request; the step it
+    broke is a stop (``terminated``), not a damaged compile cache (before: AssetError)."""
+    with trainer.stop_request.on_sigterm():
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert trainer.stop_request.requested and stop_signal() == signal.SIGTERM
+        with pytest.raises(Terminated):
+            trainer.train_step(iter(()))
+
+
+def test_sigint_seen_by_the_cli_wins_over_the_cache_fault(trainer, request):
+    """Ctrl-C swallowed inside the compile (a library's ``except``) is still a Ctrl-C."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
+    with terminate_on_sigterm():
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            pass  # (what the compile did with it)
+        with pytest.raises(KeyboardInterrupt) as caught:
+            trainer.train_step(iter(()))
+    assert not isinstance(caught.value, Terminated)
+
+
+def test_a_new_run_forgets_an_earlier_runs_stop():
+    """A notebook kernel that trains again after a stopped run: the stop was that run's."""
+    from qwen3_trn_helpers.errors import note_stop
+
+    note_stop(signal.SIGTERM)
+    assert stop_signal() == signal.SIGTERM
+    forget_stops()
+    assert stop_signal() is None
