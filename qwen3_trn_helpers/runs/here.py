@@ -56,9 +56,14 @@ def _train_in_folder(
     desc = f"{plan.variant.name}/{Path(str(plan.init)).name}"
     step_done, close_bar = reporter.steps(spec.steps, desc, initial=resumed_from)
 
+    # what a resume changed (--allow-change) and noted: run.json keeps it with the run
+    resumes = taken.settled.resume.run_json() if taken.settled.resume else {}
+
     def manifest(status: str, **extra: Any) -> None:
         if rank0:
-            write_manifest(out, status, plan, launched=launched, init_dir=init_dir, **extra)
+            write_manifest(
+                out, status, plan, launched=launched, init_dir=init_dir, **resumes, **extra
+            )
 
     started = time.perf_counter()
     error = None

@@ -304,7 +304,9 @@ def test_a_node_that_never_joins_is_named(tmp_path):
 @pytest.mark.long
 def test_resume_on_another_rank_count(tmp_path):
     """Saved by 2 ranks, resumed by 1 (a node lost): model and optimizer reshard, and
-    the data goes on (tests/core/data/test_global_order.py compares the samples)."""
+    the data goes on (tests/core/data/test_global_order.py compares the samples). The
+    global batch stays 2 sequences a step (gradient accumulation on the one rank): with
+    the default (one microbatch per rank) the resume is refused, naming the flag."""
     out = str(tmp_path / "run")
     saves = ("--checkpoint-interval", "2", "--out", out)
     first = subprocess.run(
@@ -313,7 +315,7 @@ def test_resume_on_another_rank_count(tmp_path):
     )  # fmt: skip
     assert first.returncode == 0, first.stderr
     resumed = subprocess.run(
-        train_cmd("--nproc", "1", "--steps", "4", *saves, "--resume"),
+        train_cmd("--nproc", "1", "--steps", "4", *saves, "--resume", "--global-batch-size", "2"),
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
