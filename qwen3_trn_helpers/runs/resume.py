@@ -115,7 +115,7 @@ def saved_settings(out: Path, step: int) -> _Saved:
     from run.json; a folder with neither is refused, so an unreadable run.json never
     turns the check off (a run trained at 256 tokens had resumed at 64 with run.json
     removed, and run.json then claimed 64 for all of it)."""
-    from ..training.checkpoint import SETTINGS_FILE, read_run_settings
+    from ..training.checkpoint_files import SETTINGS_FILE, read_run_settings
 
     saved, problem = read_run_record(out)
     step_dir = out / "checkpoint" / f"step-{step}"

@@ -193,6 +193,8 @@ class _RunScope:
         self._local_losses = []
         try:
             super().train_step(data_iterator)  # type: ignore[misc]
+            # the count over every rank, for the checkpoint this step may save
+            self.checkpointer.tokens_seen = self.metrics_processor.tokens_seen  # type: ignore[attr-defined]
             self._stop_if_requested()
         except Exception as e:
             stopped = stop_signal()
@@ -216,6 +218,21 @@ class _RunScope:
             if value is None:
                 raise
             raise NonFiniteLoss(self.step, value) from None  # type: ignore[attr-defined]
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torchtitan's train state (step, this rank's token count), then the count over
+        every rank that the checkpoint recorded: the first rank of the loss mesh holds it
+        and the others start at 0, so torchtitan's sum over the ranks at each step is
+        right at any data-parallel size (it restored one rank's count on every rank)."""
+        super().load_state_dict(state_dict)  # type: ignore[misc]
+        seen = self.checkpointer.tokens_loaded()  # type: ignore[attr-defined]
+        if seen is None:
+            return  # (an older checkpoint: torchtitan's own count)
+        dims = self.parallel_dims  # type: ignore[attr-defined]
+        mesh = dims.get_optional_mesh("loss") if dims.dp_cp_enabled else None
+        first = mesh is None or mesh.get_local_rank() == 0
+        self.ntokens_seen = seen if first else 0
+        self.metrics_processor.tokens_seen = seen  # type: ignore[attr-defined]
 
     def _non_finite_value(self) -> float | None:
         """The local loss when it (or, from another rank, the weights) is not finite."""

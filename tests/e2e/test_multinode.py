@@ -320,7 +320,11 @@ def test_resume_on_another_rank_count(tmp_path):
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     assert "the data order restarts" not in resumed.stderr
-    assert [r["step"] for r in read_metrics(Path(out) / "metrics.jsonl")] == [1, 2, 3, 4]
+    records = read_metrics(Path(out) / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    # 2 sequences of 256 tokens a step: the count goes on from the 2 ranks' 1024 (it went
+    # on from one rank's 512: torchtitan saves each rank's own count)
+    assert [r["tokens_seen"] for r in records] == [512, 1024, 1536, 2048]
     assert json.loads((Path(out) / "run.json").read_text())["status"] == "completed"
 
 
