@@ -82,12 +82,12 @@ def _watch(launcher_pid: int, torchrun_pid: int) -> None:
 
 def _stop(launcher_pid: int, torchrun_pid: int) -> None:
     """SIGTERM to torchrun (it stops the other ranks) and to this rank."""
-    print(
-        f"error: the command that launched this run (pid {launcher_pid}) is gone; stopping "
-        "this run's ranks",
-        file=sys.stderr,
-        flush=True,
+    gone = (
+        f"torchrun (pid {torchrun_pid}), which started this rank,"
+        if process_alive(launcher_pid)  # (then it is torchrun that went: killed by itself)
+        else f"the command that launched this run (pid {launcher_pid})"
     )
+    print(f"error: {gone} is gone; stopping this run's ranks", file=sys.stderr, flush=True)
     # one rank tells torchrun (twice would interrupt its own shutdown); each stops itself
     first = os.environ.get("LOCAL_RANK", "0") == "0"
     if first and os.getppid() == torchrun_pid and torchrun_pid > 1:

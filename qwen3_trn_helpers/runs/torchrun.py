@@ -30,6 +30,7 @@ from .child import run_child, stop_process_group
 from .folder import Claim, RunResult, claim, prepare_out_dir
 from .launch import rank_environment, shell_command, torchrun_command
 from .lifeline import launcher_environment, watched
+from .lost_rank import check_lost
 from .neuron_cores import with_class_slice
 from .rendezvous import JoinWatch, check_endpoint_reachable_by_all, launch_entry
 from .reporter import Reporter
@@ -196,6 +197,7 @@ def _launch_in(
             holder = f"the first node ({host}, which holds the rendezvous store)"
             said = PEER_LOST.replace("(a node stopped, failed", f"({holder} stopped, failed")
             raise TrainingError(f"after step {last_step}: {said}")
+        check_lost(out, text, result.returncode, result.pid)  # a rank a signal took: named
         result.check(f"{plan.world_size}-rank run")
     if not (out / "run.json").exists():  # rank 0 ran on another node, without shared storage
         return RunResult(out=out, spec=spec, status="completed", writer=False)

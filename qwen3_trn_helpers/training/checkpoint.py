@@ -207,6 +207,14 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
         except BaseException as e:
             if _interrupted(e):  # Ctrl-C (SIGTERM) during the save: a Ctrl-C (SIGTERM)
                 raise stop_error(stop_signal()) from None
+            from .run_scope import lost_peer, peer_lost_message
+
+            if lost_peer(_root_cause(e)):  # (a rank killed mid-save: no disk to free)
+                raise TrainingError(
+                    f"saving the checkpoint of step {curr_step} failed: "
+                    f"{peer_lost_message(str(_root_cause(e)))}",
+                    step=curr_step,
+                ) from None
             raise TrainingError(
                 f"saving the checkpoint of step {curr_step} into {self.folder} failed "
                 f"({_reason(e)}); metrics.jsonl holds every step so far. Free disk space or "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import math
+import re
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,7 +89,12 @@ class RunOptions:
 
 #: what a collective says when the rank at the other end is gone (gloo's words; the
 #: Neuron and NCCL backends raise torch's DistError types)
-_LOST_PEER = ("Connection closed by peer", "Connection reset by peer", "remote worker")
+
+
+#: gloo's words when a collective's peer never answered (torch 2.14: unbound_buffer.cc,
+#: "Timed out waiting 100000ms for recv operation to complete")
+_TIMED_OUT = "Timed out waiting"
+_LOST_PEER = ("Connection closed by peer", "Connection reset by peer", "remote worker", _TIMED_OUT)
 
 
 def lost_peer(error: BaseException) -> bool:
@@ -209,6 +215,8 @@ class _RunScope:
                 raise AssetError(fault) from None
             if not isinstance(e, RuntimeError):
                 raise
+            if _TIMED_OUT in str(e):
+                raise TrainingError(self._timed_out_message(str(e)), step=self.step) from None  # type: ignore[attr-defined]
             if lost_peer(e):
                 raise TrainingError(
                     f"step {self.step}: {peer_lost_message(str(e))}",  # type: ignore[attr-defined]
@@ -218,6 +226,25 @@ class _RunScope:
             if value is None:
                 raise
             raise NonFiniteLoss(self.step, value) from None  # type: ignore[attr-defined]
+
+    def _timed_out_message(self, error_text: str) -> str:
+        """A collective that timed out: the rank that never came, where one is stopped."""
+        from .ranks import stopped_ranks
+
+        waited = re.search(r"Timed out waiting (\d+)ms", error_text)
+        seconds = f"{int(waited.group(1)) / 1000:.0f} s" if waited else "its timeout"
+        stopped = stopped_ranks()
+        who = (
+            f"{' and '.join(stopped)} is stopped (state T: kill -STOP, or Ctrl-Z or a "
+            "debugger there), and this rank"
+            if stopped
+            else "another rank stopped answering (it is stopped, hung or lost its network); "
+            "this rank"
+        )
+        return (
+            f"step {self.step}: {who} waited {seconds} for it in a collective; metrics.jsonl "  # type: ignore[attr-defined]
+            "holds every completed step: --resume from the last checkpoint"
+        )
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """torchtitan's train state (step, this rank's token count), then the count over

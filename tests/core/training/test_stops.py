@@ -96,3 +96,48 @@ def test_a_new_run_forgets_an_earlier_runs_stop():
     assert stop_signal() == signal.SIGTERM
     forget_stops()
     assert stop_signal() is None
+
+
+# --- a rank stopped (SIGSTOP): named where the collective times out ----------------------
+
+
+def _proc(tmp_path, pid: int, state: str, parent: int, rank: str):
+    entry = tmp_path / str(pid)
+    entry.mkdir(parents=True)
+    (entry / "stat").write_text(f"{pid} (python (x)) {state} {parent} 1 1 0 -1\n")
+    (entry / "environ").write_bytes(f"LOCAL_RANK={rank}\0RANK={rank}\0".encode())
+
+
+def test_a_stopped_rank_beside_this_one_is_found(tmp_path):
+    import socket
+
+    from qwen3_trn_helpers.training.ranks import stopped_ranks
+
+    _proc(tmp_path, 4242, "T", os.getppid(), "1")  # stopped, torchrun's: found
+    _proc(tmp_path, 4243, "S", os.getppid(), "2")  # sleeping: fine
+    _proc(tmp_path, 4244, "T", 1, "3")  # stopped, another parent's
+    assert stopped_ranks(tmp_path) == [f"rank 1 (pid 4242 on {socket.gethostname()})"]
+
+
+def test_a_collective_that_timed_out_names_the_stopped_rank(trainer, monkeypatch):
+    """SIGSTOP of rank 1: rank 0 failed 100 s later with gloo's raw "Timed out waiting
+    100000ms for recv operation to complete" (`unexpected RuntimeError`)."""
+    from qwen3_trn_helpers.errors import TrainingError
+    from qwen3_trn_helpers.training import ranks
+
+    monkeypatch.setattr(ranks, "stopped_ranks", lambda: ["rank 1 (pid 4242 on node-a)"])
+    trainer._compiles = False
+
+    def timed_out(self, data_iterator):
+        raise RuntimeError(
+            "[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 100000ms for recv "
+            "operation to complete"
+        )
+
+    monkeypatch.setattr(_CompileKilled, "train_step", timed_out)
+    with pytest.raises(TrainingError) as failed:
+        trainer.train_step(iter(()))
+    assert str(failed.value).startswith(
+        "step 1: rank 1 (pid 4242 on node-a) is stopped (state T: kill -STOP"
+    )
+    assert "waited 100 s for it in a collective" in str(failed.value)
