@@ -116,7 +116,7 @@ def resolve_device(requested: str = "auto") -> str:
             "device 'neuron' requested but no Trainium device is visible "
             f"(PyTorch {torch.__version__}, PrivateUse1 backend "
             f"{privateuse1_backend_name()!r}); run on a trn2 instance with torch-neuronx "
-            "installed (see README, 'On Trainium'), or use --device cpu"
+            "installed (see docs/trn2.md), or use --device cpu"
         )
     raise DeviceError(f"device {requested!r} requested but this machine has {detected!r}")
 

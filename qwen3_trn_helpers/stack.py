@@ -50,7 +50,7 @@ class TorchtitanStack:
         return (
             f"AWS's torchtitan fork is installed ({self.fork}); this process imports "
             f"torchtitan {self.version} from {self.location}, which shadows it: qwen3-trn "
-            "runs upstream 0.3.0 (README, On Trainium, Notes on the Neuron stack)"
+            "runs upstream 0.3.0 (docs/trn2.md, Notes on the Neuron stack)"
         )
 
 

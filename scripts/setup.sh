@@ -2,7 +2,7 @@
 # One command: local venv, install, offline assets, then the first check of the machine.
 #
 #   scripts/setup.sh                 # everything (CPU: the 10-step walkthrough headless;
-#                                    #   trn2: the smoke ladder, see README)
+#                                    #   trn2: the smoke ladder, see docs/trn2.md)
 #   scripts/setup.sh --install-only  # just the environment (what scripts/test.sh uses)
 #   scripts/setup.sh --cpu-torch     # Linux: PyTorch's CPU-only torch, from its own index
 #                                    #   (QWEN3_TRN_TORCH_INDEX=URL: a mirror of that index)

@@ -1,9 +1,11 @@
 """Sphinx configuration of the course's two static sites (scripts/build_site.sh).
 
 One build, two sites: the **student** site (the notebooks, executed, with their figures
-and self-checks; no answer key) and the **instructor's kit** (notebooks/README.md: the
-plans, the answers, the trn2 day), each in its own folder, so the answers are never one
-click from what students read. ``QWEN3_TRN_SITE_KIND`` says which this run builds.
+and self-checks, and the reference pages of docs/; no answer key) and the **instructor's
+kit** (notebooks/README.md: the plans, the answers, the trn2 day), each in its own
+folder, so the answers are never one
+click from what students read. ``QWEN3_TRN_SITE_KIND`` says which this run builds
+(``docs``: the reference pages alone, ``scripts/build_site.sh --docs``).
 
 Sphinx with myst-nb: myst-nb executes each notebook with its Jupyter kernel and renders
 the outputs (tables, figures) into HTML. Everything opens from disk, offline: formulas
@@ -16,13 +18,14 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # site/mathml.py
 
 KIND = os.environ.get("QWEN3_TRN_SITE_KIND", "student")
-if KIND not in ("student", "instructor"):
-    raise ValueError(f"QWEN3_TRN_SITE_KIND={KIND!r}: student or instructor")
+if KIND not in ("student", "instructor", "docs"):
+    raise ValueError(f"QWEN3_TRN_SITE_KIND={KIND!r}: student, instructor or docs")
 
 author = "qwen3-trn"
 extensions = ["myst_nb", "mathml"]
 html_math_renderer = "mathml"
-master_doc = "index"
+# docs: the reference pages alone (scripts/build_site.sh --docs), rooted at their contents
+master_doc = "reference" if KIND == "docs" else "index"
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "solutions"]
 myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 3
@@ -46,6 +49,9 @@ html_theme = "alabaster"
 if KIND == "student":
     project = "Training Qwen3 on Trainium2 with torchtitan"
     html_title = "qwen3-trn course"
+elif KIND == "docs":
+    project = "qwen3-trn reference"
+    html_title = "qwen3-trn reference"
 else:
     project = "qwen3-trn course: the instructor's kit"
     html_title = "the instructor's kit (qwen3-trn course)"

@@ -67,7 +67,7 @@ def check_environment(build_assets: bool = True) -> list[Check]:
             "torch-neuronx",
             neuron_version is not None,
             neuron_version or "absent: CPU path (tiny models, offline assets)",
-            "on trn2: activate /opt/aws_neuronx_venv_torch_neuronx_2_14_0 (README)",
+            "on trn2: activate /opt/aws_neuronx_venv_torch_neuronx_2_14_0 (docs/trn2.md)",
             required=False,
         )
     )

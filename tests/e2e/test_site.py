@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("QWEN3_TRN_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(os.environ.get("QWEN3_TRN_ARTIFACTS", ROOT / "artifacts")) / "site"
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("0*.ipynb"))
+DOCS = sorted(p.stem for p in (ROOT / "docs").glob("*.md"))
 #: the instructor's key: its marker, its heading, and one answer only it holds
 KEY_TEXT = ("answer key", "Answers to the predictions", "slots for 512 token-expert pairs")
 #: what a library prints as a warning; on a page it is noise
@@ -52,6 +53,40 @@ def site(tmp_path_factory) -> Path:
     return out
 
 
+def _broken_links(site: Path) -> list[str]:
+    """Every link inside a built site to a file or an anchor that is not there."""
+    broken = []
+    for html in site.rglob("*.html"):
+        text = html.read_text(errors="replace")
+        for href in re.findall(r'href="([^"]*)"', text):
+            url = urlparse(href)
+            if url.scheme or not (url.path or url.fragment):
+                continue
+            target = (html.parent / unquote(url.path)) if url.path else html
+            if not target.exists():
+                broken.append(f"{html.relative_to(site)}: {href}")
+            elif url.fragment and target.suffix == ".html":
+                if f'id="{url.fragment}"' not in target.read_text(errors="replace"):
+                    broken.append(f"{html.relative_to(site)}: no anchor {href}")
+    return broken
+
+
+def test_the_reference_pages_build_alone_and_link_inside(tmp_path):
+    """``scripts/build_site.sh --docs``: the docs/ pages without the notebooks, in
+    seconds, with the site's configuration; Sphinx's -W fails the build on a link to a
+    missing page or heading, and every link of the result resolves."""
+    env = {**os.environ, "QWEN3_TRN_VENV": str(Path(sys.executable).parent.parent)}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "build_site.sh"), "--docs", str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    built = tmp_path / "docs"
+    assert (built / "reference.html").exists()
+    assert {p.stem for p in (built / "docs").glob("*.html")} == set(DOCS)
+    assert not _broken_links(built)
+
+
 def _text(html: Path) -> str:
     """A page's visible text, roughly: tags and MathML dropped."""
     body = re.sub(r"<math.*?</math>", " ", html.read_text(errors="replace"), flags=re.S)
@@ -63,6 +98,9 @@ def test_two_sites_students_without_the_answers(site):
     student, instructor = site / "student", site / "instructor"
     pages = {p.stem for p in student.glob("*.html")}
     assert set(NOTEBOOKS) <= pages and "index" in pages and "kit" not in pages
+    # the reference pages (docs/) are a section of the student site
+    assert "reference" in pages
+    assert {p.stem for p in (student / "docs").glob("*.html")} == set(DOCS)
     for html in student.rglob("*.html"):
         text = html.read_text(errors="replace")
         assert not any(k in text for k in KEY_TEXT), f"{html.name} holds the answer key"

@@ -391,10 +391,10 @@ def test_device_memory_is_null_with_a_reason_where_the_driver_moved_the_counters
 # --- the double itself ---------------------------------------------------------------------
 
 
-def test_every_rule_of_the_double_is_listed_in_the_readme():
-    readme = (ROOT / "README.md").read_text()
+def test_every_rule_of_the_double_is_listed_in_the_testing_page():
+    page = (ROOT / "docs" / "testing.md").read_text()
     for rule, source in RULES:
-        assert rule in readme and source in readme, rule
+        assert rule in page and source in page, rule
 
 
 def test_neff_cache_lock_times_out_when_another_compile_holds_it(tmp_path, monkeypatch):

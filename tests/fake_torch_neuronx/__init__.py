@@ -4,7 +4,7 @@ executable on a CPU, failing where trn2 would. In tests only; users never get it
 It is a *double*, not an emulator: it computes nothing on a NeuronCore and says nothing
 about whether trn2 works. It proves that our code honours the documented behaviour of
 torch-neuronx, the Neuron runtime, the driver's sysfs tree and ``neuron-ls``, each rule
-taken from a source named beside it (RULES below; the README lists them).
+taken from a source named beside it (RULES below; docs/testing.md lists them).
 
 How it is installed (:func:`install`) is how torch-neuronx is: a distribution on the
 path whose entry points torch reads by itself. A ``fake_torch_neuronx-…dist-info`` in a
@@ -23,7 +23,7 @@ nothing a user's process could load.
 
 from __future__ import annotations
 
-#: (rule, source): what the double encodes. Kept here so the README's list and the
+#: (rule, source): what the double encodes. Kept here so docs/testing.md's list and the
 #: double cannot drift apart unnoticed (tests/e2e/test_torch_neuronx_double.py compares them).
 RULES: tuple[tuple[str, str], ...] = (
     (

@@ -56,7 +56,7 @@ def expectation(rung: Rung, on_neuron: bool) -> TrainingCheck:
 def _rungs(full_size: bool) -> list[Rung]:
     rungs = [
         Rung("environment", "Neuron tools and packages", 120,
-             "activate the Neuron venv and run scripts/setup.sh from it (README, On Trainium)"),
+             "activate the Neuron venv and run scripts/setup.sh from it (docs/trn2.md, Install)"),
         Rung("registration", "torch sees `neuron` through PrivateUse1", 300,
              "torch-neuronx 2.14 must be installed in this venv; do not set "
              "TORCH_DEVICE_BACKEND_AUTOLOAD=0"),

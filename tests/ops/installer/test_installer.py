@@ -1,7 +1,7 @@
 """setup.sh's default install through uv: pip's settings carried over, or pip itself.
 
-The speed is measured, not tested (README, Tests): ~28 s for the CPU stack from an
-empty cache against ~80 s for pip. What is tested is what must not change with the
+The speed is measured, not tested (docs/install.md, docs/benchmarks.md): ~28 s for the
+CPU stack from an empty cache against ~80 s for pip. What is tested is what must not change with the
 installer: every pip setting a user or a machine has (a mirror, find-links folders, a
 constraints file, a CA bundle) still applies, read from pip's own ``pip config list``,
 and a setting uv has no equivalent for sends setup back to pip, named.
