@@ -20,6 +20,7 @@ from ..training.metrics_file import read_metrics
 from ..training.plan import Plan
 from ..training.ranks import launched_by_torchrun, rank
 from .folder import Claim, RunResult, claim, write_manifest
+from .lost_rank import say_received
 from .reporter import Reporter
 
 
@@ -97,11 +98,15 @@ def _train_in_folder(
                 )
     except KeyboardInterrupt as e:
         result.status = "terminated" if isinstance(e, Terminated) else "interrupted"
+        if launched:  # (the launcher names the rank that got the signal: runs/lost_rank.py)
+            say_received(stop_signal())
         raise
     except BaseException as e:
         stopped = stop_signal()  # a stop that surfaced as another error is still a stop
         if stopped is not None:
             result.status = "terminated" if stopped == signal.SIGTERM else "interrupted"
+            if launched:
+                say_received(stopped)
             raise stop_error(stopped) from None
         result.status, error = "failed", f"{type(e).__name__}: {e}"
         raise

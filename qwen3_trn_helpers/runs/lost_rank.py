@@ -120,6 +120,33 @@ def _lost(found: re.Match[str]) -> LostRank | None:
     return None
 
 
+#: what a launched rank that received a stop signal itself says (:func:`say_received`)
+_RECEIVED = re.compile(r"rank (\d+) \(pid (\d+) on (\S+)\) received (SIG[A-Z]+)")
+
+
+def say_received(signum: int | None) -> None:
+    """In a launched rank that a stop signal reached (not one that stopped because
+    another rank asked): one line naming it, for the launcher. Why: ranks that agree to
+    stop (training/stopping.py) all end with 143, and torchrun's first observed failure
+    is whichever exited first, not the one signalled."""
+    import os
+    import sys
+
+    from ..training.ranks import rank
+
+    if signum is not None:
+        who = f"rank {rank()} (pid {os.getpid()} on {socket.gethostname()})"
+        print(f"note: {who} received {_name(signum)}", file=sys.stderr, flush=True)
+
+
+def received_rank(output: str) -> LostRank | None:
+    """The first rank that said it received a stop signal (:func:`say_received`)."""
+    found = _RECEIVED.search(output)
+    if found is None or found[4] not in ("SIGTERM", "SIGINT"):
+        return None
+    return LostRank(int(found[1]), found[3], int(found[2]), found[4], handled=True)
+
+
 def stopped_rank(output: str) -> LostRank | None:
     """A rank that a ``note: rank N (pid P on HOST) is stopped`` line of another rank
     named (training/ranks.py ``stopped_ranks``, written as a collective timed out)."""
@@ -189,6 +216,8 @@ def check_lost(out: Path, output: str, returncode: int | None, agent_pid: int) -
     lost = lost_rank(output, returncode, agent_pid) or stopped_rank(output)
     if lost is None:
         return
+    if lost.handled:  # (every rank of an agreed stop ends so: the one signalled says it)
+        lost = received_rank(output) or lost
     line = f"{lost.message()}: {files_line(out)}"
     record_lost(out, lost, line, (socket.gethostname(), agent_pid))
     if not lost.handled:
