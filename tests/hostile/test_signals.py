@@ -103,6 +103,7 @@ LOST_CASES = [
     Case(2, signal.SIGKILL, "save", to="rank1"),
     Case(2, signal.SIGTERM, "step", to="rank0"),
     Case(2, signal.SIGKILL, "step", to="torchrun"),
+    Case(2, signal.SIGSTOP, "step", to="rank1"),  # (the collective timeout: 100 s)
 ]
 
 
@@ -240,9 +241,10 @@ def test_a_signal_to_the_command_leaves_a_true_record(case, tmp_path):
 
 #: what run.json and the terminal say when one process of the run is lost
 LOST = {
-    "rank1": ("failed", "rank 1 (pid ", "was killed by SIGKILL"),
-    "rank0": ("terminated", "rank 0 (pid ", "was sent SIGTERM from outside this command"),
-    "torchrun": ("failed", "torchrun (pid ", "was killed by SIGKILL; its ranks stopped"),
+    ("rank1", signal.SIGKILL): ("failed", "rank 1 (pid ", "was killed by SIGKILL"),
+    ("rank0", signal.SIGTERM): ("terminated", "rank 0 (pid ", "was sent SIGTERM from outside"),
+    ("torchrun", signal.SIGKILL): ("failed", "torchrun (pid ", "was killed by SIGKILL; its ranks"),
+    ("rank1", signal.SIGSTOP): ("failed", "rank 1 (pid ", "was stopped (SIGSTOP"),
 }
 
 
@@ -252,7 +254,7 @@ def test_a_lost_rank_is_named_the_same_on_the_terminal_and_in_run_json(case, tmp
     out = ended.out
     assert not _processes_naming(str(out))
     _metrics_whole(out)
-    status, who, what = LOST[case.to]
+    status, who, what = LOST[case.to, case.signal]
     line = ended.stderr.strip().splitlines()[-1]
     word = "error" if status == "failed" else status
     assert line.startswith(f"{word}: {who}") and what in line, (case.name, ended.stderr[-3000:])
