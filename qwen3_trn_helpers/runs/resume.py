@@ -228,20 +228,21 @@ def check_resume(
             "change), --allow-change to go on with these (run.json records the change), or "
             "start a new run elsewhere"
         )
-    notes = [n for n in [lr_schedule_note(saved, plan, step)] if n]
-    if changes:
-        notes.insert(0, f"--allow-change: from step {step + 1}, {'; '.join(changes)}")
+    lr_note = lr_schedule_note(saved, plan, step)
     if speaks:
+        said = []
         if saved.source and not changes:
-            notes_first = f"note: {saved.source} match this resume's; run.json is written anew"
-            print(notes_first, file=sys.stderr, flush=True)
-        for note in notes:
-            print(f"note: {note}", file=sys.stderr, flush=True)
+            said.append(f"{saved.source} match this resume's; run.json is written anew")
+        if changes:
+            said.append(f"--allow-change: from step {step + 1}, {'; '.join(changes)}")
+        if lr_note:
+            said.append(lr_note)
+        for line in said:
+            print(f"note: {line}", file=sys.stderr, flush=True)
         note_metrics_gap(out / "metrics.jsonl", step)
     history = (saved.run_json or {}).get("resumes")
     earlier = tuple(e for e in history if isinstance(e, dict)) if isinstance(history, list) else ()
-    lr_notes = tuple(n for n in notes if not n.startswith("--allow-change"))
-    return ResumeRecord(step, tuple(changes), lr_notes, earlier)
+    return ResumeRecord(step, tuple(changes), (lr_note,) if lr_note else (), earlier)
 
 
 def unrecorded_end(out: Path) -> str | None:
