@@ -84,6 +84,7 @@ def _train_in_folder(
             if trainer.metrics_processor.jsonl is not None:
                 trainer.metrics_processor.jsonl.on_step = step_done
             trainer.stop_request = stop if spec.checkpoint_interval else None
+            stop.nothing_to_save = trainer.nothing_trained  # (then SIGTERM stops at once)
             trainer.train()
             if trainer.stopped_at is not None and stop.clean:
                 # asked to save and stop (a job's time limit is near): every rank leaves

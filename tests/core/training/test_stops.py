@@ -141,3 +141,26 @@ def test_a_collective_that_timed_out_names_the_stopped_rank(trainer, monkeypatch
         "step 1: rank 1 (pid 4242 on node-a) is stopped (state T: kill -STOP"
     )
     assert "waited 100 s for it in a collective" in str(failed.value)
+
+
+# --- SIGTERM before any step trained: nothing to save, so no wait ------------------------
+
+
+def test_sigterm_before_any_step_trained_stops_at_once():
+    """A run that saves checkpoints stops at a step's end on SIGTERM; in its first
+    compiled step that end was minutes of compiling away (340 s on a loaded 2-core CPU,
+    past a scheduler's 30 s grace), with nothing to save. Before any forward and backward
+    completed, SIGTERM now stops at once; after, it still waits to save the step."""
+    stop = StopRequest()
+    trained = []
+    stop.nothing_to_save = lambda: not trained
+    forget_stops()
+    try:
+        with stop.on_sigterm():
+            with pytest.raises(Terminated):
+                os.kill(os.getpid(), signal.SIGTERM)
+            trained.append(1)
+            os.kill(os.getpid(), signal.SIGTERM)  # recorded: the step's end saves it
+            assert stop.requested
+    finally:
+        forget_stops()
