@@ -36,6 +36,14 @@ RANKS_LOCK = ".qwen3-trn.ranks.lock"
 POLL_S = 0.5
 
 _held: list[int] = []  # this process's shared lock (kept open until it exits)
+_agent: list[int] = []  # this rank's torchrun, as it was when the rank was bound
+
+
+def agent_pid() -> int:
+    """The pid of the torchrun that started this rank: its parent when :func:`bind_rank`
+    ran (run.json's ``agent``). Why not the parent now: a rank whose torchrun was killed
+    is reparented (to 1), and its run.json then named no agent of this launch."""
+    return _agent[0] if _agent else os.getppid()
 
 
 def launcher_environment(env: dict[str, str]) -> dict[str, str]:
@@ -62,6 +70,7 @@ def bind_rank(out: Path | None, *, hold_folder: bool) -> None:
     launcher died, while a new run may already hold the folder, stops before it writes.
     """
     launcher = os.environ.get(LAUNCHER_ENV)
+    _agent[:] = [os.getppid()]
     if hold_folder and out is not None and not _held:
         _held.append(_lock(Path(out), shared=True, blocking=True))
     if not launcher or not launcher.isdigit():
@@ -130,6 +139,24 @@ def check_no_live_ranks(folder: Path) -> None:
     except ImportError:  # no flock (native Windows): nothing to check
         return
     os.close(fd)
+
+
+def wait_for_no_live_ranks(folder: Path, timeout_s: float) -> bool:
+    """Wait until no rank holds ``folder`` (:data:`RANKS_LOCK`), at most ``timeout_s``;
+    whether none does. For a launcher whose torchrun was killed: its ranks, orphaned,
+    stop by themselves (their watch: within seconds, at most 20 s past a stuck step)
+    and write run.json as they go, after which the launcher may write its own line."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            os.close(_lock(folder, shared=False, blocking=False))
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL_S)
+        except (ImportError, OSError):  # (no flock, or no folder: nothing holds it)
+            return True
 
 
 def watched(command: list[str]) -> list[str]:

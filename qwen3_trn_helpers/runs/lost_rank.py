@@ -218,6 +218,10 @@ def check_lost(out: Path, output: str, returncode: int | None, agent_pid: int) -
         return
     if lost.handled:  # (every rank of an agreed stop ends so: the one signalled says it)
         lost = received_rank(output) or lost
+    if lost.rank is None:  # torchrun killed: its orphaned ranks write run.json as they stop
+        from .lifeline import wait_for_no_live_ranks
+
+        wait_for_no_live_ranks(out, timeout_s=60)
     line = f"{lost.message()}: {files_line(out)}"
     record_lost(out, lost, line, (socket.gethostname(), agent_pid))
     if not lost.handled:
