@@ -16,7 +16,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from .assets import hub_offline
-from .errors import Qwen3TrnError, Terminated, terminate_on_sigterm
+from .errors import Interrupted, Qwen3TrnError, Terminated, terminate_on_sigterm
 from .ops.cli import (
     OPS_COMMANDS,
     add_data_parser,
@@ -278,7 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         what = "terminated" if isinstance(e, Terminated) else "interrupted"
         # (a launch names what the run folder holds: runs/torchrun.py finalise_after_stop)
-        held = getattr(e, "files_line", None) or "every completed step is in metrics.jsonl"
+        held = e.held if isinstance(e, Interrupted) else None
+        held = held or "every completed step is in metrics.jsonl"
         print(f"{what}: {held}", file=sys.stderr)
         if str(e).startswith("stopped by signal"):  # a checkpoint saved on SIGTERM
             print(f"{what}: {e}", file=sys.stderr)

@@ -52,7 +52,17 @@ class NonFiniteLoss(TrainingError):
         self.value = value
 
 
-class Terminated(KeyboardInterrupt):
+class Interrupted(KeyboardInterrupt):
+    """A stop (Ctrl-C; SIGTERM is :class:`Terminated`) that says what the run folder
+    holds, when the process that caught it knows: ``held``, the terminal's last line (a
+    launch names the steps metrics.jsonl holds and the checkpoint; None: not known)."""
+
+    def __init__(self, *args: object, held: str | None = None) -> None:
+        super().__init__(*args)
+        self.held = held
+
+
+class Terminated(Interrupted):
     """SIGTERM (``timeout``, Slurm's ``scancel``, Kubernetes) arrived: stop as Ctrl-C does.
 
     A KeyboardInterrupt, so that every place that ends a run's processes and records

@@ -23,7 +23,9 @@ import importlib
 import inspect
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..assets import cache_dir, cached_folder
 from ..errors import AssetError
@@ -267,3 +269,40 @@ def dataset_args(corpus: str | Path, *, streams: bool | None = None) -> tuple[st
         return DATASET_NAME, corpus
     read_documents(corpus)  # fail now, with a clear message, not inside the dataloader
     return "qwen3_trn_text", corpus
+
+
+@dataclass(frozen=True)
+class RunCorpus:
+    """The corpus a run reads, as planning found it."""
+
+    name: str
+    streams: bool  # a hub dataset, streamed (else the embedded text or local files)
+    #: a prepared folder's tokenizer, as its manifest records it (None: not a prepared
+    #: folder: text, tokenized as the run reads it)
+    tokenizer: dict[str, Any] | None = None
+
+
+def check_corpus(corpus: str, *, named: bool, hashes: bool = False) -> RunCorpus:
+    """The corpus a run reads (``named``: by the user, not the preset's default),
+    checked where it is a file or folder here: a text corpus that is missing or empty,
+    or a damaged prepared folder (its shards' sizes; ``hashes``: their sha256 too, once
+    per node), is one line now, not an error in the dataloader."""
+    from .prepared import check_shards, is_prepared, read_manifest, refuse_incomplete
+
+    embedded = corpus in (EMBEDDED, EMBEDDED_PRETRAIN)
+    # the preset's default names a dataset (c4), never a file or folder where the user
+    # stands: a folder named c4 there had broken plan, dry-run and the job files
+    local = not embedded and named and is_local(corpus)
+    prepared = named and is_prepared(corpus)
+    if not prepared and (
+        local or (not embedded and named and ("/" in corpus or Path(corpus).suffix))
+    ):
+        refuse_incomplete(corpus)
+        read_documents(corpus)  # a clear error now (missing, empty), not in the dataloader
+    tokenizer = None
+    if prepared:  # (its tokenizer is checked once the run's is known: assets.run_tokenizer)
+        folder = Path(corpus).expanduser()
+        manifest = read_manifest(folder)
+        check_shards(folder, manifest, hashes=hashes)
+        tokenizer = manifest.get("tokenizer", {})
+    return RunCorpus(corpus, streams=not (embedded or local), tokenizer=tokenizer)

@@ -27,13 +27,13 @@ derives); a damaged shard or another tokenizer is a one-line error before traini
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Any
 
+from ..assets import check_same_tokenizer
 from ..checksums import sha256_of
-from ..errors import AssetError, ConfigError
+from ..errors import AssetError
 
 MANIFEST = "manifest.json"
 FORMAT = "qwen3-trn-tokens"
@@ -63,31 +63,6 @@ def refuse_incomplete(path: str | Path) -> None:
             f"{path} holds prepared shards but no {MANIFEST}: the prepare was interrupted "
             f"or the copy is incomplete; copy the whole folder or prepare again ({PREPARE_HINT})"
         )
-
-
-def tokenizer_identity(folder: str | Path) -> dict[str, Any]:
-    """What makes two tokenizers produce the same ids: tokenizer.json's bytes and the
-    BOS/EOS ids torchtitan's tokenizer derives (from tokenizer_config.json too)."""
-    folder = Path(folder).absolute()
-    # (a run plans more than once: remembered while the files stay as they were)
-    stamps = tuple(
-        (p.stat().st_mtime_ns, p.stat().st_size) if p.exists() else None
-        for p in (folder / "tokenizer.json", folder / "tokenizer_config.json")
-    )
-    return dict(_identity(str(folder), stamps))
-
-
-@functools.lru_cache(maxsize=8)
-def _identity(folder: str, stamps: tuple) -> tuple[tuple[str, Any], ...]:
-    from torchtitan.components.tokenizer import HuggingFaceTokenizer
-
-    tokenizer = HuggingFaceTokenizer(tokenizer_path=folder)
-    return (
-        ("sha256", sha256_of(Path(folder) / "tokenizer.json")),
-        ("vocab_size", tokenizer.get_vocab_size()),
-        ("bos_id", tokenizer.bos_id),
-        ("eos_id", tokenizer.eos_id),
-    )
 
 
 def read_manifest(folder: str | Path) -> dict[str, Any]:
@@ -128,6 +103,15 @@ def check_prepared(
     """
     folder = Path(folder).expanduser()
     manifest = read_manifest(folder)
+    check_shards(folder, manifest, hashes=hashes)
+    if tokenizer_dir is not None:
+        check_same_tokenizer(tokenizer_dir, manifest["tokenizer"], folder)
+    return manifest
+
+
+def check_shards(folder: Path, manifest: dict[str, Any], *, hashes: bool = False) -> None:
+    """Every shard ``manifest`` lists is in ``folder`` at its size (``hashes``: and its
+    sha256), or one line names the first that is not."""
     for shard in manifest["shards"]:
         file = folder / shard["file"]
         if not file.is_file():
@@ -146,17 +130,6 @@ def check_prepared(
                 f"shard {file} does not match its sha256 in {MANIFEST}: the copy is "
                 f"damaged; copy it again or prepare again ({PREPARE_HINT})"
             )
-    if tokenizer_dir is not None:
-        want, have = manifest["tokenizer"], tokenizer_identity(tokenizer_dir)
-        differs = [k for k in ("sha256", "bos_id", "eos_id") if want.get(k) != have[k]]
-        if differs:
-            raise ConfigError(
-                f"prepared corpus {folder} was tokenized with another tokenizer than this "
-                f"run's {tokenizer_dir} ({', '.join(differs)} differ; it was prepared with "
-                f"{want.get('path')}): train with --tokenizer set to that one, or prepare "
-                f"the corpus again with --tokenizer {tokenizer_dir}"
-            )
-    return manifest
 
 
 def load_prepared(path: str):

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..assets import tokenizer_identity
 from ..checksums import sha256_of
 from ..data.corpus import dataset_args, is_local
 from ..data.prepared import (
@@ -20,7 +21,6 @@ from ..data.prepared import (
     MANIFEST,
     SHARD_TOKENS,
     VERSION,
-    tokenizer_identity,
 )
 from ..errors import AssetError, ConfigError
 

@@ -28,7 +28,7 @@ from ..model.presets import PRESETS
 from ..training.memory import GIB, MemoryEstimate
 from ..training.plan import Plan, on_trn2, plan_run
 from ..training.spec import RunSpec
-from ..trn2 import PLANNING_HEADROOM
+from ..trn2 import RUN_HBM_SHARE
 
 #: tokens per sequence of the simulated step (activations are estimated at the preset's)
 DRY_RUN_SEQ_LEN = 128
@@ -106,7 +106,7 @@ class DryRunReport:
     @property
     def usable_gib(self) -> float:
         """What a plan may use: 90% of the core's HBM (training/memory.py)."""
-        return self.hbm_gib * PLANNING_HEADROOM
+        return self.hbm_gib * RUN_HBM_SHARE
 
     @property
     def fits(self) -> bool:

@@ -60,6 +60,9 @@ from .wheelhouse_manifest import (
 #: PyPI's Linux torch brings CUDA libraries; PyTorch's own index has a CPU-only build
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 DEFAULT_EXTRAS = ("cpu", "notebooks")
+#: the checkout this module runs from (qwen3_trn_helpers/ops/wheelhouse.py: two folders
+#: up), whose pyproject.toml the package's own wheel is built from
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def _manylinux(arch: str, glibc_floor: int = 28) -> tuple[str, ...]:
@@ -216,7 +219,7 @@ def build(
 ) -> dict:
     """Fill ``out`` with wheels, assets and a manifest for ``target`` (None: this
     machine) and ``python_version`` (None: this Python). Returns the manifest."""
-    root = Path(__file__).resolve().parents[1]
+    root = CHECKOUT
     py = python_version or _host_python()
     if not re.fullmatch(r"3\.\d+", py):
         raise WheelhouseError(f"--python-version must look like 3.11, got {py!r}")

@@ -5,7 +5,7 @@ same folder: ``run.json`` (the spec, the resolved plan, how the run ended),
 ``metrics.jsonl`` (a line per step), checkpoints, and a log per launching node. This
 module decides the folder's name, holds it for the run's life, clears a previous run on
 ``--overwrite``, checks a ``--resume`` against what was saved, and reports each step as
-it lands.
+it lands; runs/manifest.py writes run.json.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import RunFolderError
-from ..training.metrics_file import keep_steps_before, read_metrics, strict_json, write_atomically
+from ..training.metrics_file import keep_steps_before, read_metrics
 from ..training.plan import Plan
 from ..training.spec import RESUME_AUTO, RunSpec
 from .resume import ResumeRecord, check_resume, read_run_record, unrecorded_end
@@ -325,32 +325,3 @@ def _remove_entry(path: Path) -> None:
             f"--overwrite could not remove {path} ({e.strerror or e}); nothing of the new "
             "run was written: fix its permissions or remove it yourself, then run again"
         ) from None
-
-
-def write_manifest(
-    out: Path,
-    status: str,
-    plan: Plan,
-    *,
-    launched: bool,
-    init_dir: Path | None = None,
-    **extra: Any,
-) -> None:
-    """``run.json``: the spec as the job ran it, the resolved plan and how the run stands
-    (rank 0 writes it). ``init_dir``: the folder the first weights came from."""
-    from .lifeline import agent_pid
-
-    info = {
-        "status": status,
-        # the ranks a launch leaves to torchrun are the job's, as torchrun counted them
-        "spec": {**asdict(plan.spec), "nproc": plan.nproc, "nnodes": plan.nnodes},
-        "resolved": plan.summary(),
-        "shape": asdict(plan.shape),
-        "init_dir": str(init_dir) if init_dir else None,
-        "layout_reason": plan.layout_reason,
-        # the torchrun agent that started this rank: its node writes loss.png
-        "agent": [socket.gethostname(), agent_pid()] if launched else None,
-        **extra,
-    }
-    # beside it, then renamed: a full disk leaves the last run.json whole, never cut
-    write_atomically(out / "run.json", strict_json(info, indent=2))

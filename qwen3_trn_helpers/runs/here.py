@@ -19,8 +19,9 @@ from ..errors import RunFolderError, Terminated, forget_stops, stop_error, stop_
 from ..training.metrics_file import read_metrics
 from ..training.plan import Plan
 from ..training.ranks import launched_by_torchrun, rank
-from .folder import Claim, RunResult, claim, write_manifest
+from .folder import Claim, RunResult, claim
 from .lost_rank import say_received
+from .manifest import write_manifest
 from .reporter import Reporter
 
 

@@ -20,6 +20,7 @@ files exist only once the background write is done.
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from .checkpoint_files import (  # (also this module's names, as before the spli
     read_run_settings,
     record_run_settings,  # noqa: F401
 )
+from .save_log import note_save
 
 
 def _root_cause(error: BaseException) -> BaseException:
@@ -195,7 +197,10 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
     # subclasses to override these hooks instead
     def _save(self, curr_step: int, last_step: bool = False) -> bool:
         try:
+            began = time.monotonic()
             saved = super()._save(curr_step, last_step)
+            if saved:  # its seconds to storage, for the next job's sizing (save_log.py)
+                note_save(self, curr_step, began)
             if saved and last_step and last_save_skips_purge():
                 self._purge_stale_checkpoints()  # (torchtitan's thread; close() joins it)
             if saved and self.save_now:

@@ -515,7 +515,7 @@ def test_slurm_job_saves_inside_the_time_limit_warning(tmp_path, one_node):
         wait_for("the requeue", lambda: job_state(job_id).get("JobState") == "PENDING",
                  job_id, log)  # fmt: skip
         warned = json.loads((out / "run.json").read_text())
-        saved = sorted(p.name for p in (out / "checkpoint").iterdir())
+        saved = sorted(p.name for p in (out / "checkpoint").glob("step-*"))
         start_requeued_now(job_id)
         state = wait_for(
             "the job's end",

@@ -125,11 +125,15 @@ def test_k8s_out_is_checked_after_dot_dot_and_image_must_be_named(capsys):
 
 def test_a_plan_with_under_a_gib_of_slack_warns(capsys):
     """30b-a3b on one trn2 leaves 0.47 GiB per core on an assumed runtime share: said."""
+    # (room for its 366 GB checkpoints stated: the disk's own warning is tests/ops/jobs/
+    # test_saves.py's)
     argv = ["slurm", "--nnodes", "2", "--device", "neuron", "--preset", "30b-a3b",
-            "--out", "/fsx/r", "--steps", "2", "--allow-hub-corpus"]  # fmt: skip
+            "--out", "/fsx/r", "--steps", "2", "--allow-hub-corpus", "--storage-free-gb",
+            "5000"]  # fmt: skip
     assert main(argv) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("warning: the plan leaves 0.47 GiB per NeuronCore")
     assert main(["slurm", "--nnodes", "2", "--device", "neuron", "--preset", "4b",
-                 "--out", "/fsx/r", "--steps", "2", "--allow-hub-corpus"]) == 0  # fmt: skip
+                 "--out", "/fsx/r", "--steps", "2", "--allow-hub-corpus",
+                 "--storage-free-gb", "5000"]) == 0  # fmt: skip
     assert capsys.readouterr().err == ""  # 4b: 15 GiB of room, nothing to say
