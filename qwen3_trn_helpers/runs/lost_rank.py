@@ -209,9 +209,10 @@ def files_line(out: Path) -> str:
 def check_lost(out: Path, output: str, returncode: int | None, agent_pid: int) -> None:
     """After a launch that did not succeed: if a signal took one of its processes, say
     which, where and what signal, in run.json (:func:`record_lost`) and as the error
-    raised (a stop the rank handled: :class:`~..errors.Terminated` or a Ctrl-C, whose
-    ``files_line`` the CLI prints), so both say the same. Nothing if none did."""
-    from ..errors import Terminated, TrainingError
+    raised (a stop the rank handled: :class:`~..errors.Terminated` or
+    :class:`~..errors.Interrupted`, whose ``held`` the CLI prints), so both say the same.
+    Nothing if none did."""
+    from ..errors import Interrupted, Terminated, TrainingError
 
     lost = lost_rank(output, returncode, agent_pid) or stopped_rank(output)
     if lost is None:
@@ -226,6 +227,4 @@ def check_lost(out: Path, output: str, returncode: int | None, agent_pid: int) -
     record_lost(out, lost, line, (socket.gethostname(), agent_pid))
     if not lost.handled:
         raise TrainingError(line)
-    stop = Terminated(line) if lost.signal == "SIGTERM" else KeyboardInterrupt(line)
-    stop.files_line = line  # type: ignore[attr-defined]
-    raise stop
+    raise (Terminated if lost.signal == "SIGTERM" else Interrupted)(line, held=line)
