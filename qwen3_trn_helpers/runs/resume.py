@@ -165,7 +165,7 @@ def setting_changes(saved: _Saved, plan: Plan) -> list[str]:
     ]
     before, after = global_batch(saved.resolved, saved.spec), global_batch(now, asdict(spec))
     if before is not None and before != after:
-        per_step = plan.local_batch_size * plan.world_size // plan.tp
+        per_step = spec.local_batch_size * plan.world_size // plan.tp
         keep = (
             f", or --global-batch-size {before} to keep it"
             if spec.global_batch_size is None and before % per_step == 0
@@ -181,7 +181,7 @@ def lr_schedule_note(saved: _Saved, plan: Plan, step: int) -> str | None:
     up (to its peak once the decay starts later than this step)."""
     from ..training.lr_schedule import DECAY_RATIO, lr_factor
 
-    before, after = saved.spec.get("steps"), plan.steps
+    before, after = saved.spec.get("steps"), plan.spec.steps
     warmup = saved.spec["warmup_steps"]
     if not isinstance(before, int) or before == after or not isinstance(warmup, int):
         return None

@@ -115,7 +115,7 @@ def test_a_stopped_rank_beside_this_one_is_found(tmp_path):
 
     _proc(tmp_path, 4242, "T", os.getppid(), "1")  # stopped, torchrun's: found
     _proc(tmp_path, 4243, "S", os.getppid(), "2")  # sleeping: fine
-    _proc(tmp_path, 4244, "T", 1, "3")  # stopped, another parent's
+    _proc(tmp_path, 4244, "T", os.getppid() + 1, "3")  # stopped, another parent's
     assert stopped_ranks(tmp_path) == [f"rank 1 (pid 4242 on {socket.gethostname()})"]
 
 
