@@ -100,8 +100,9 @@ def lost_rank(output: str, returncode: int | None, agent_pid: int) -> LostRank |
     when = next((found["time"] for found in _FAILURE.finditer(root)), None)
     for found in _FAILURE.finditer(others):
         lost = _lost(found)
-        teardown = lost is not None and lost.signal in ("SIGTERM", "SIGKILL", "SIGINT")
-        if lost is not None and (found["time"] == when or not teardown):
+        if lost is None or lost.handled:  # (a handled stop there is torchrun's teardown)
+            continue
+        if found["time"] == when or lost.signal not in ("SIGTERM", "SIGKILL", "SIGINT"):
             return lost
     if returncode is not None and returncode < 0:
         return LostRank(None, socket.gethostname(), agent_pid, _name(-returncode))
@@ -145,6 +146,20 @@ def received_rank(output: str) -> LostRank | None:
     if found is None or found[4] not in ("SIGTERM", "SIGINT"):
         return None
     return LostRank(int(found[1]), found[3], int(found[2]), found[4], handled=True)
+
+
+def _handled_stop(output: str, lost: LostRank) -> LostRank | None:
+    """The rank whose stop ended the run, where a rank's exit on our own stop (143, 130)
+    heads torchrun's table: the first rank that said it received the signal (ranks that
+    agree to stop all end so, whichever exits first); None where a rank's own error came
+    before any such word (torchrun's teardown sent that signal, after the error: the
+    error is the run's end, and two failures in one second are a tie torchrun breaks by
+    rank)."""
+    received = _RECEIVED.search(output)
+    error = re.search(r"^error: ", output, re.MULTILINE)
+    if error is not None and (received is None or error.start() < received.start()):
+        return None
+    return received_rank(output) or lost
 
 
 def stopped_rank(output: str) -> LostRank | None:
@@ -215,10 +230,10 @@ def check_lost(out: Path, output: str, returncode: int | None, agent_pid: int) -
     from ..errors import Interrupted, Terminated, TrainingError
 
     lost = lost_rank(output, returncode, agent_pid) or stopped_rank(output)
+    if lost is not None and lost.handled:
+        lost = _handled_stop(output, lost)
     if lost is None:
         return
-    if lost.handled:  # (every rank of an agreed stop ends so: the one signalled says it)
-        lost = received_rank(output) or lost
     if lost.rank is None:  # torchrun killed: its orphaned ranks write run.json as they stop
         from .lifeline import wait_for_no_live_ranks
 
