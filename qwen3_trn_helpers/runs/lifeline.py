@@ -37,6 +37,7 @@ POLL_S = 0.5
 
 _held: list[int] = []  # this process's shared lock (kept open until it exits)
 _agent: list[int] = []  # this rank's torchrun, as it was when the rank was bound
+_folder: list[Path] = []  # this rank's run folder (rank 0 records a stop it cannot finish)
 
 
 def agent_pid() -> int:
@@ -71,6 +72,7 @@ def bind_rank(out: Path | None, *, hold_folder: bool) -> None:
     """
     launcher = os.environ.get(LAUNCHER_ENV)
     _agent[:] = [os.getppid()]
+    _folder[:] = [Path(out)] if out is not None else []
     if hold_folder and out is not None and not _held:
         _held.append(_lock(Path(out), shared=True, blocking=True))
     if not launcher or not launcher.isdigit():
@@ -109,7 +111,29 @@ def _stop(launcher_pid: int, torchrun_pid: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
     if threading.current_thread() is not threading.main_thread():
         time.sleep(20)  # the main thread stuck in a collective never ran its handler
+        _record_unfinished_stop(gone)
         os._exit(128 + signal.SIGTERM)
+
+
+def _record_unfinished_stop(gone: str) -> None:
+    """Rank 0, about to exit without its main thread (stuck in a collective or a
+    rendezvous, or a save longer than the wait): run.json says `terminated` and why,
+    where it still says `running` (a SIGKILLed command had left it so)."""
+    from ..training.metrics_file import read_metrics
+    from ..training.ranks import rank_place
+    from .manifest import record_stop
+
+    if not _folder or rank_place().rank != 0:
+        return
+    try:
+        steps = len(read_metrics(_folder[0] / "metrics.jsonl"))
+    except (OSError, ValueError, KeyError):
+        steps = 0
+    why = (
+        f"{gone} is gone; rank 0 could not finish its stop within 20 s (stuck in a "
+        "collective, or a save outlasted it): recorded by its watch"
+    )
+    record_stop(_folder[0], "terminated", steps, agent_pid(), why=why)
 
 
 def _lock(folder: Path, *, shared: bool, blocking: bool) -> int:

@@ -47,11 +47,20 @@ def write_manifest(
     write_atomically(out / "run.json", strict_json(info, indent=2))
 
 
-def record_stop(out: Path, status: str, steps_completed: int, agent: int | None) -> None:
+#: run.json's ``stopped`` when a launch records the stop its ranks could not
+KILLED_IN_A_STEP = (
+    "the ranks were killed in a step, before they could record the stop (torchrun's 30 s "
+    "grace ran out); recorded by the launch"
+)
+
+
+def record_stop(
+    out: Path, status: str, steps_completed: int, agent: int | None, why: str = KILLED_IN_A_STEP
+) -> None:
     """run.json says a launch's run stopped (``status``: terminated or interrupted) after
     ``steps_completed`` steps, where it still says ``running``: the ranks were killed in
-    a step, before rank 0 could record the stop. Only on the node whose torchrun
-    (``agent``: this node's torchrun pid) started rank 0."""
+    a step, before rank 0 could record the stop (``why``). Only on the node whose
+    torchrun (``agent``: this node's torchrun pid) started rank 0."""
     try:
         info = json.loads((out / "run.json").read_text())
     except (OSError, ValueError):
@@ -59,8 +68,5 @@ def record_stop(out: Path, status: str, steps_completed: int, agent: int | None)
     ours = isinstance(info, dict) and info.get("agent") in (None, [socket.gethostname(), agent])
     if ours and info.get("status") == "running":
         info.update(status=status, steps_completed=steps_completed)
-        info["stopped"] = (
-            "the ranks were killed in a step, before they could record the stop "
-            "(torchrun's 30 s grace ran out); recorded by the launch"
-        )
+        info["stopped"] = why
         write_atomically(out / "run.json", strict_json(info, indent=2))
