@@ -9,8 +9,11 @@ said ``terminated``. torchrun's agent knows better: it reports each worker that 
 with the worker's rank, host, pid and exit code, a negative one for a signal (torch's
 ``ChildFailedError`` table, ``torch/distributed/elastic/multiprocessing/errors``). Our
 CLI ends with 143 on SIGTERM and 130 on SIGINT (runs/arguments.py), so a rank that
-handled the signal is known too. From those, :func:`lost_rank` names the process, its
-node and the signal; :func:`record_lost` writes the same into run.json.
+handled the signal is known too, and says so itself (:func:`say_received`: ranks that
+agree to stop all end with 143). A stopped rank ends nothing: the rank that waited for it
+in a collective names it (training/ranks.py ``stopped_ranks``). From those,
+:func:`check_lost` names the process, its node and the signal, and :func:`record_lost`
+writes the same into run.json.
 """
 
 from __future__ import annotations
