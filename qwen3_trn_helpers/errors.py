@@ -86,12 +86,36 @@ _received: list[int] = []
 
 
 def stop_signal() -> int | None:
-    """The first SIGINT/SIGTERM this process received inside :func:`terminate_on_sigterm`.
+    """The first SIGINT/SIGTERM this process received inside :func:`terminate_on_sigterm`,
+    or that a run's stop request recorded (:func:`note_stop`).
 
     Why: a Ctrl-C that lands inside a collective (a checkpoint save on several ranks)
-    can surface as another error (DCP's write error on the rank whose peer stopped);
-    a run that was asked to stop is "interrupted" whatever error its stop caused."""
+    can surface as another error (DCP's write error on the rank whose peer stopped), and
+    a SIGTERM during a first compiled step as a compile error naming the compile cache
+    (its compiler processes got the signal too); a run that was asked to stop is
+    "interrupted" or "terminated" whatever error its stop caused."""
     return _received[0] if _received else None
+
+
+def note_stop(signum: int) -> None:
+    """Remember a stop signal that a handler other than :func:`terminate_on_sigterm`'s
+    took (training/stopping.py's, which saves a checkpoint first), for
+    :func:`stop_signal`."""
+    _received.append(signum)
+
+
+def forget_stops() -> None:
+    """Forget the stop signals seen so far: a new run in this process starts unstopped
+    (a notebook kernel trains again after a stopped run)."""
+    _received.clear()
+
+
+def stop_error(signum: int | None) -> KeyboardInterrupt:
+    """What a stop by ``signum`` raises: :class:`Terminated` for SIGTERM, else a
+    KeyboardInterrupt (Ctrl-C, or a stop that reached this rank from another)."""
+    import signal
+
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 @contextmanager

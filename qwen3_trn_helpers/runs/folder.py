@@ -21,16 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, RunFolderError
-from ..files import UnreadableFile, check_output_folder, read_json, read_text
+from ..errors import RunFolderError
+from ..files import check_output_folder, read_json, read_text
 from ..training.metrics_file import (
     RECORD_LIMIT,
     keep_steps_before,
-    note_metrics_gap,
     read_metrics,
 )
 from ..training.plan import Plan
 from ..training.spec import RESUME_AUTO, RunSpec
+from .resume import ResumeRecord, check_resume, read_run_record, unrecorded_end
 
 #: what a run writes into its folder (a new run with --overwrite removes them all)
 RUN_FILES = ("metrics.jsonl", "run.json", "loss.png", "launch.log")
@@ -101,6 +101,7 @@ class Settled:
     resumed_from: int = 0  # the checkpoint step a resumed run continues from (0: fresh)
     finished: bool = False  # --resume auto over a run whose checkpoint holds every step
     reshard: bool = False  # the checkpoint's data position cannot load: the data restarts
+    resume: ResumeRecord | None = None  # what the resume changed and noted (run.json)
 
 
 def settle_run_folder(
@@ -131,13 +132,21 @@ def settle_run_folder(
     spec = plan.spec
     step = latest_checkpoint_step(out)
     auto = spec.resume == RESUME_AUTO
+    # a run killed outright left run.json saying `running` (the caller holds the folder,
+    # so no live run writes it): the first command that reads it says so
+    killed = unrecorded_end(out) if decides and (share is None or share[0] == 0) else None
+    if killed and (spec.resume or fresh_overwrite(spec)):
+        print(f"note: {killed}", file=sys.stderr, flush=True)
     if decides and auto and step >= spec.steps and read_run_record(out)[0] is not None:
         return Settled(step, finished=True)
     if not (step > 0 if auto else spec.resume):  # (auto without a checkpoint: fresh)
         if not decides:
             out.mkdir(parents=True, exist_ok=True)
         elif writer:
-            prepare_out_dir(out, fresh_overwrite(spec))
+            try:
+                prepare_out_dir(out, fresh_overwrite(spec))
+            except RunFolderError as e:
+                raise RunFolderError(f"{e}; {killed}" if killed else str(e)) from None
         return Settled()
     if step == 0:
         raise RunFolderError(
@@ -154,16 +163,16 @@ def settle_run_folder(
     # a damaged newest checkpoint: the one before it, with one note (none: its error)
     speaks = share is None or share[0] == 0
     step = newest_complete_step(out / "checkpoint", step, echo=speaks, set_aside=writer) or step
-    check_resume(out, step, plan, share=share)
+    record = check_resume(out, step, plan, share=share)
     if share is None:
         # rank 0 drops the lines only when it logs its first step: drop them now, so
         # that the launcher never reports the steps to be trained again
         keep_steps_before(out / "metrics.jsonl", step + 1)
-        return Settled(step)
+        return Settled(step, resume=record)
     from ..data.global_order import data_position_kept
 
     kept = data_position_kept(out / "checkpoint" / f"step-{step}", plan, echo=share[0] == 0)
-    return Settled(step, reshard=not kept)
+    return Settled(step, reshard=not kept, resume=record)
 
 
 @dataclass(frozen=True)
@@ -319,97 +328,3 @@ def _remove_entry(path: Path) -> None:
             f"--overwrite could not remove {path} ({e.strerror or e}); nothing of the new "
             "run was written: fix its permissions or remove it yourself, then run again"
         ) from None
-
-
-#: settings a resumed run must share with the checkpointed one (they shape the model,
-#: the data or the optimizer); steps, ranks, nodes, device and saving may change
-RESUME_MUST_MATCH = (
-    "variant", "preset", "seq len", "local batch", "attention", "corpus", "lr",
-)  # fmt: skip
-RESUME_SPEC_MUST_MATCH = (
-    "init", "tokenizer", "warmup_steps", "seed", "moe_impl", "mixed_precision",
-)  # fmt: skip
-
-
-def read_run_record(out: Path) -> tuple[dict[str, Any] | None, str]:
-    """(run.json's content, "") when it records a run's settings, else (None, what is
-    wrong with it): missing, unreadable, not JSON, or JSON of another shape."""
-    path = out / "run.json"
-    try:  # (a pipe, a device, a folder, bytes, JSON too deep: files.py names each)
-        saved = read_json(path, limit=RECORD_LIMIT, fix="", want=None)
-    except UnreadableFile as e:
-        return None, f"{path} is missing" if e.missing else f"{path} {e.problem}"
-    if not (
-        isinstance(saved, dict)
-        and isinstance(saved.get("resolved"), dict)
-        and isinstance(saved.get("spec"), dict)
-    ):
-        return None, f"{path} records no run settings"
-    return saved, ""
-
-
-def saved_settings(out: Path, step: int) -> tuple[dict[str, Any], str]:
-    """(the settings to check a resume from ``step`` against, where they came from if not
-    from run.json): run.json's, else those the checkpoint recorded
-    (training/checkpoint.py); a folder with neither is refused, so an unreadable run.json
-    never turns the check off (a run trained at 256 tokens had resumed at 64 with
-    run.json removed, and run.json then claimed 64 for all of it)."""
-    from ..training.checkpoint import SETTINGS_FILE, read_run_settings
-
-    saved, problem = read_run_record(out)
-    if saved is not None:
-        return saved, ""
-    step_dir = out / "checkpoint" / f"step-{step}"
-    recorded = read_run_settings(step_dir)
-    if recorded is None:
-        fix = (
-            "--overwrite to start afresh there"
-            if (out / "run.json").is_file()
-            else "a new --out to start afresh"
-        )
-        raise RunFolderError(
-            f"{problem}, and the checkpoint {step_dir} records no settings "
-            f"({SETTINGS_FILE}): this resume cannot be checked against the run's settings. "
-            f"Put the run's run.json back, or start a new run ({fix})"
-        )
-    return recorded, f"{problem}; the settings saved with the checkpoint at step {step}"
-
-
-def check_resume(out: Path, step: int, plan: Plan, share: tuple[int, int] | None = (0, 1)) -> None:
-    """Refuse a resume whose settings differ from the checkpointed run's (named), a
-    resume that would not train any further, a damaged checkpoint (``share``: this
-    rank's part of the shard hashing, None for none), and a resume whose settings cannot
-    be read at all (:func:`saved_settings`)."""
-    from ..training.checkpoint import check_checkpoint
-
-    check_checkpoint(out / "checkpoint" / f"step-{step}", share)
-    spec = plan.spec
-    if spec.steps <= step:
-        raise ConfigError(
-            f"the checkpoint in {out} is at step {step}; pass --steps above it to train on"
-        )
-    speaks = share is None or share[0] == 0
-    saved, source = saved_settings(out, step)
-    saved_resolved, saved_spec = saved["resolved"], saved["spec"]
-    now, differences = plan.summary(), []
-    for key in RESUME_MUST_MATCH:
-        if key in saved_resolved and saved_resolved[key] != now[key]:
-            differences.append(f"{key} {saved_resolved[key]!r} -> {now[key]!r}")
-    for key in RESUME_SPEC_MUST_MATCH:
-        if key in saved_spec and saved_spec[key] != getattr(spec, key):
-            differences.append(f"{key} {saved_spec[key]!r} -> {getattr(spec, key)!r}")
-    if differences:
-        raise ConfigError(
-            f"--resume would continue the run in {out} with other settings: "
-            f"{'; '.join(differences)}{f' ({source})' if source else ''}. Pass the run's "
-            "own settings again (only --steps, ranks, nodes and checkpointing may change), "
-            "or start a new run elsewhere"
-        )
-    if speaks and source:
-        print(
-            f"note: {source} match this resume's; run.json is written anew",
-            file=sys.stderr,
-            flush=True,
-        )
-    if speaks:
-        note_metrics_gap(out / "metrics.jsonl", step)

@@ -15,11 +15,12 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from ..errors import RunFolderError, Terminated, stop_signal
+from ..errors import RunFolderError, Terminated, forget_stops, stop_error, stop_signal
 from ..training.metrics_file import read_metrics
 from ..training.plan import Plan
 from ..training.ranks import launched_by_torchrun, rank
 from .folder import Claim, RunResult, claim
+from .lost_rank import say_received
 from .manifest import write_manifest
 from .reporter import Reporter
 
@@ -57,14 +58,20 @@ def _train_in_folder(
     desc = f"{plan.variant.name}/{Path(str(plan.init)).name}"
     step_done, close_bar = reporter.steps(spec.steps, desc, initial=resumed_from)
 
+    # what a resume changed (--allow-change) and noted: run.json keeps it with the run
+    resumes = taken.settled.resume.run_json() if taken.settled.resume else {}
+
     def manifest(status: str, **extra: Any) -> None:
         if rank0:
-            write_manifest(out, status, plan, launched=launched, init_dir=init_dir, **extra)
+            write_manifest(
+                out, status, plan, launched=launched, init_dir=init_dir, **resumes, **extra
+            )
 
     started = time.perf_counter()
     error = None
     # a run that saves checkpoints saves one more on SIGTERM, or when asked through
     # OUT/save-and-stop, which rank 0 looks for (training/stopping.py)
+    forget_stops()  # (a stop of an earlier run in this process is not this run's)
     stop = StopRequest(out / STOP_FILE if rank0 else None)
     try:  # from here on, however the run ends, the bar closes and run.json says how
         manifest("running")
@@ -78,6 +85,7 @@ def _train_in_folder(
             if trainer.metrics_processor.jsonl is not None:
                 trainer.metrics_processor.jsonl.on_step = step_done
             trainer.stop_request = stop if spec.checkpoint_interval else None
+            stop.nothing_to_save = trainer.nothing_trained  # (then SIGTERM stops at once)
             trainer.train()
             if trainer.stopped_at is not None and stop.clean:
                 # asked to save and stop (a job's time limit is near): every rank leaves
@@ -92,12 +100,16 @@ def _train_in_folder(
                 )
     except KeyboardInterrupt as e:
         result.status = "terminated" if isinstance(e, Terminated) else "interrupted"
+        if launched:  # (the launcher names the rank that got the signal: runs/lost_rank.py)
+            say_received(stop_signal())
         raise
     except BaseException as e:
         stopped = stop_signal()  # a stop that surfaced as another error is still a stop
         if stopped is not None:
             result.status = "terminated" if stopped == signal.SIGTERM else "interrupted"
-            raise (Terminated if stopped == signal.SIGTERM else KeyboardInterrupt)() from None
+            if launched:
+                say_received(stopped)
+            raise stop_error(stopped) from None
         result.status, error = "failed", f"{type(e).__name__}: {e}"
         raise
     finally:

@@ -36,6 +36,15 @@ RANKS_LOCK = ".qwen3-trn.ranks.lock"
 POLL_S = 0.5
 
 _held: list[int] = []  # this process's shared lock (kept open until it exits)
+_agent: list[int] = []  # this rank's torchrun, as it was when the rank was bound
+_folder: list[Path] = []  # this rank's run folder (rank 0 records a stop it cannot finish)
+
+
+def agent_pid() -> int:
+    """The pid of the torchrun that started this rank: its parent when :func:`bind_rank`
+    ran (run.json's ``agent``). Why not the parent now: a rank whose torchrun was killed
+    is reparented (to 1), and its run.json then named no agent of this launch."""
+    return _agent[0] if _agent else os.getppid()
 
 
 def launcher_environment(env: dict[str, str]) -> dict[str, str]:
@@ -62,6 +71,8 @@ def bind_rank(out: Path | None, *, hold_folder: bool) -> None:
     launcher died, while a new run may already hold the folder, stops before it writes.
     """
     launcher = os.environ.get(LAUNCHER_ENV)
+    _agent[:] = [os.getppid()]
+    _folder[:] = [Path(out)] if out is not None else []
     if hold_folder and out is not None and not _held:
         _held.append(_lock(Path(out), shared=True, blocking=True))
     if not launcher or not launcher.isdigit():
@@ -82,12 +93,12 @@ def _watch(launcher_pid: int, torchrun_pid: int) -> None:
 
 def _stop(launcher_pid: int, torchrun_pid: int) -> None:
     """SIGTERM to torchrun (it stops the other ranks) and to this rank."""
-    print(
-        f"error: the command that launched this run (pid {launcher_pid}) is gone; stopping "
-        "this run's ranks",
-        file=sys.stderr,
-        flush=True,
+    gone = (
+        f"torchrun (pid {torchrun_pid}), which started this rank,"
+        if process_alive(launcher_pid)  # (then it is torchrun that went: killed by itself)
+        else f"the command that launched this run (pid {launcher_pid})"
     )
+    print(f"error: {gone} is gone; stopping this run's ranks", file=sys.stderr, flush=True)
     # one rank tells torchrun (twice would interrupt its own shutdown); each stops itself
     from ..training.ranks import rank_place
 
@@ -100,7 +111,29 @@ def _stop(launcher_pid: int, torchrun_pid: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
     if threading.current_thread() is not threading.main_thread():
         time.sleep(20)  # the main thread stuck in a collective never ran its handler
+        _record_unfinished_stop(gone)
         os._exit(128 + signal.SIGTERM)
+
+
+def _record_unfinished_stop(gone: str) -> None:
+    """Rank 0, about to exit without its main thread (stuck in a collective or a
+    rendezvous, or a save longer than the wait): run.json says `terminated` and why,
+    where it still says `running` (a SIGKILLed command had left it so)."""
+    from ..training.metrics_file import read_metrics
+    from ..training.ranks import rank_place
+    from .manifest import record_stop
+
+    if not _folder or rank_place().rank != 0:
+        return
+    try:
+        steps = len(read_metrics(_folder[0] / "metrics.jsonl"))
+    except (OSError, ValueError, KeyError):
+        steps = 0
+    why = (
+        f"{gone} is gone; rank 0 could not finish its stop within 20 s (stuck in a "
+        "collective, or a save outlasted it): recorded by its watch"
+    )
+    record_stop(_folder[0], "terminated", steps, agent_pid(), why=why)
 
 
 def _lock(folder: Path, *, shared: bool, blocking: bool) -> int:
@@ -132,6 +165,24 @@ def check_no_live_ranks(folder: Path) -> None:
     except ImportError:  # no flock (native Windows): nothing to check
         return
     os.close(fd)
+
+
+def wait_for_no_live_ranks(folder: Path, timeout_s: float) -> bool:
+    """Wait until no rank holds ``folder`` (:data:`RANKS_LOCK`), at most ``timeout_s``;
+    whether none does. For a launcher whose torchrun was killed: its ranks, orphaned,
+    stop by themselves (their watch: within seconds, at most 20 s past a stuck step)
+    and write run.json as they go, after which the launcher may write its own line."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            os.close(_lock(folder, shared=False, blocking=False))
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL_S)
+        except (ImportError, OSError):  # (no flock, or no folder: nothing holds it)
+            return True
 
 
 def watched(command: list[str]) -> list[str]:

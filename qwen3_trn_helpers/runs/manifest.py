@@ -1,13 +1,13 @@
 """run.json's writers: rank 0's record of a run (the spec as the job ran it, the resolved
 plan, how the run stands), and a launch's record of a stop its ranks could not make.
 
-Beside the run's other files (runs/folder.py: the folder, who holds it, its resume
-checks, ``read_run_record``); each write replaces run.json whole or not at all.
+Beside the run's other files (runs/folder.py: the folder and who holds it; runs/resume.py:
+the resume checks, ``read_run_record``; runs/lost_rank.py: a launch's record of a lost
+rank); each write replaces run.json whole or not at all.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 from dataclasses import asdict
 from pathlib import Path
@@ -29,6 +29,8 @@ def write_manifest(
 ) -> None:
     """``run.json``: the spec as the job ran it, the resolved plan and how the run stands
     (rank 0 writes it). ``init_dir``: the folder the first weights came from."""
+    from .lifeline import agent_pid
+
     info = {
         "status": status,
         # the ranks a launch leaves to torchrun are the job's, as torchrun counted them
@@ -38,18 +40,27 @@ def write_manifest(
         "init_dir": str(init_dir) if init_dir else None,
         "layout_reason": plan.layout_reason,
         # the torchrun agent that started this rank: its node writes loss.png
-        "agent": [socket.gethostname(), os.getppid()] if launched else None,
+        "agent": [socket.gethostname(), agent_pid()] if launched else None,
         **extra,
     }
     # beside it, then renamed: a full disk leaves the last run.json whole, never cut
     write_atomically(out / "run.json", strict_json(info, indent=2))
 
 
-def record_stop(out: Path, status: str, steps_completed: int, agent: int | None) -> None:
+#: run.json's ``stopped`` when a launch records the stop its ranks could not
+KILLED_IN_A_STEP = (
+    "the ranks were killed in a step, before they could record the stop (torchrun's 30 s "
+    "grace ran out); recorded by the launch"
+)
+
+
+def record_stop(
+    out: Path, status: str, steps_completed: int, agent: int | None, why: str = KILLED_IN_A_STEP
+) -> None:
     """run.json says a launch's run stopped (``status``: terminated or interrupted) after
     ``steps_completed`` steps, where it still says ``running``: the ranks were killed in
-    a step, before rank 0 could record the stop. Only on the node whose torchrun
-    (``agent``: this node's torchrun pid) started rank 0."""
+    a step, before rank 0 could record the stop (``why``). Only on the node whose
+    torchrun (``agent``: this node's torchrun pid) started rank 0."""
     try:
         info = read_json(out / "run.json", limit=RECORD_LIMIT, fix="")  # (files.py: no pipe)
     except (OSError, ValueError):
@@ -57,10 +68,7 @@ def record_stop(out: Path, status: str, steps_completed: int, agent: int | None)
     ours = isinstance(info, dict) and info.get("agent") in (None, [socket.gethostname(), agent])
     if ours and info.get("status") == "running":
         info.update(status=status, steps_completed=steps_completed)
-        info["stopped"] = (
-            "the ranks were killed in a step, before they could record the stop "
-            "(torchrun's 30 s grace ran out); recorded by the launch"
-        )
+        info["stopped"] = why
         write_atomically(out / "run.json", strict_json(info, indent=2))
 
 

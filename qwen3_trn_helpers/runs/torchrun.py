@@ -32,6 +32,7 @@ from .child import ChildResult, run_child, stop_process_group
 from .folder import Claim, RunResult, claim, latest_checkpoint_step, prepare_out_dir
 from .launch import rank_environment, shell_command, torchrun_command
 from .lifeline import launcher_environment, watched
+from .lost_rank import check_lost
 from .manifest import record_failure, record_stop
 from .rendezvous import (
     JoinWatch,
@@ -275,6 +276,8 @@ def check_outcome(
         holder = f"the first node ({host}, which holds the rendezvous store)"
         said = PEER_LOST.replace("(a node stopped, failed", f"({holder} stopped, failed")
         raise TrainingError(f"after step {follower.last_step}: {said}")
+    # a rank (or torchrun) a signal took: named, on the terminal and in run.json alike
+    check_lost(follower.metrics.parent, text, result.returncode, result.pid)
     result.check(f"{plan.world_size}-rank run")
 
 

@@ -11,32 +11,31 @@ and a resume falls back to the newest complete checkpoint before it
 (:func:`newest_complete_step`), saying so in one ``note:`` line: a job requeued onto a
 damaged newest checkpoint would otherwise fail every attempt.
 
-Each shard's sha256 is computed while DCP writes it (:class:`ShardWriter`), not by
-reading back what was just written (a 48 GB checkpoint read again from FSx after every
-save); the run's settings are written before DCP's ``.metadata``, so a checkpoint that
-counts as complete always holds both. The same writer serves torchtitan's synchronous
-and asynchronous saves (``--checkpoint-async``), whose files exist only once the
-background write is done.
+Every save goes through training/checkpoint_files.py's :class:`ShardWriter`, which hashes
+each shard as it writes it and records the run's settings before ``.metadata``; it
+serves torchtitan's synchronous and asynchronous saves (``--checkpoint-async``), whose
+files exist only once the background write is done.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint import FileSystemWriter
-from torch.distributed.checkpoint.filesystem import FileSystem
 from torchtitan.components.checkpointer import CheckpointManager
 
-from ..errors import RunFolderError, TrainingError
+from ..errors import RunFolderError, TrainingError, stop_error, stop_signal
+from .checkpoint_files import (  # (also this module's names, as before the split)
+    SETTINGS_FILE,  # noqa: F401
+    SHA_SUFFIX,
+    ShardWriter,
+    read_run_settings,
+    record_run_settings,  # noqa: F401
+)
 from .save_log import note_save
 
 
@@ -54,8 +53,6 @@ def _root_cause(error: BaseException) -> BaseException:
 def _interrupted(error: BaseException) -> bool:
     """Whether any rank's failure in a CheckpointException is a Ctrl-C (or SIGTERM), or
     this process was asked to stop: the other ranks' errors are then its consequence."""
-    from ..errors import stop_signal
-
     failures = getattr(error, "failures", None)
     inner = [f[0] if isinstance(f, tuple) else f for f in (failures or {}).values()]
     return stop_signal() is not None or any(
@@ -99,6 +96,11 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
     #: the run's settings (trainer.same_on_every_node), saved with each checkpoint so a
     #: resume can be checked even when run.json is lost (set by the trainer; {}: none)
     run_settings: dict = {}  # noqa: RUF012 (replaced, never mutated)
+    #: tokens trained so far over every rank (set by the trainer at each step), saved
+    #: with each checkpoint: torchtitan saves one rank's own count (below, tokens_loaded)
+    tokens_seen: int | None = None
+    #: the checkpoint folder torchtitan is loading (None: none, or Hugging Face weights)
+    loading_from: Path | None = None
 
     def _should_save(self, curr_step: int, last_step: bool = False) -> bool:
         if self.save_now and self.enable and not self.load_only:
@@ -140,7 +142,9 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
             return super().dcp_save(
                 state_dict, checkpoint_id, async_mode, enable_garbage_collection, to_hf
             )
-        writer = ShardWriter(checkpoint_id, settings=self.run_settings)
+        writer = ShardWriter(
+            checkpoint_id, settings=self.run_settings, tokens_seen=self.tokens_seen
+        )
         if async_mode == AsyncMode.ASYNC:
             ret = dcp.async_save(state_dict, storage_writer=writer, process_group=self.pg)
         elif async_mode == AsyncMode.ASYNC_WITH_PINNED_MEM:
@@ -156,6 +160,28 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
         if enable_garbage_collection:
             GarbageCollection.collect("GC collection invoked by checkpointer.")
         return ret
+
+    def dcp_load(
+        self, state_dict: dict[str, Any], checkpoint_id: str, from_hf: bool, from_quantized: bool
+    ) -> None:
+        """torchtitan's load, remembering which checkpoint it reads (the trainer's state
+        takes its token count from it: :meth:`tokens_loaded`)."""
+        self.loading_from = None if from_hf else Path(checkpoint_id)
+        return super().dcp_load(state_dict, checkpoint_id, from_hf, from_quantized)
+
+    def tokens_loaded(self) -> int | None:
+        """The tokens every rank together had trained when the checkpoint being loaded
+        was saved, as it recorded them (None: it records none, an older one).
+
+        Why: torchtitan 0.3.0's trainer saves its own rank's ``ntokens_seen`` (DCP keeps
+        one rank's copy of a plain value) and sums every rank's count at each step, so
+        a resume at another data-parallel size counted wrong (2 ranks to 1: 3072, then
+        1792 after the next 256-token step)."""
+        if self.loading_from is None:
+            return None
+        recorded = read_run_settings(self.loading_from) or {}
+        seen = recorded.get("tokens_seen")
+        return seen if isinstance(seen, int) and not isinstance(seen, bool) else None
 
     def _find_load_step(self, folder: str = "") -> int:
         """The newest *complete* checkpoint (:func:`newest_complete_step`): torchtitan's
@@ -184,8 +210,16 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:
-            if _interrupted(e):
-                raise KeyboardInterrupt from None  # Ctrl-C during the save: a Ctrl-C
+            if _interrupted(e):  # Ctrl-C (SIGTERM) during the save: a Ctrl-C (SIGTERM)
+                raise stop_error(stop_signal()) from None
+            from .run_scope import lost_peer, peer_lost_message
+
+            if lost_peer(_root_cause(e)):  # (a rank killed mid-save: no disk to free)
+                raise TrainingError(
+                    f"saving the checkpoint of step {curr_step} failed: "
+                    f"{peer_lost_message(str(_root_cause(e)))}",
+                    step=curr_step,
+                ) from None
             raise TrainingError(
                 f"saving the checkpoint of step {curr_step} into {self.folder} failed "
                 f"({_reason(e)}); metrics.jsonl holds every step so far. Free disk space or "
@@ -200,18 +234,13 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
             raise
         except BaseException as e:
             if _interrupted(e):
-                raise KeyboardInterrupt from None
+                raise stop_error(stop_signal()) from None
             which = f"step {step}" if step != -1 else "the newest checkpoint"
             raise TrainingError(
                 f"loading {which} from {self.folder} failed ({_reason(e)}); the checkpoint "
                 "is damaged or was written by a run of another shape: delete that step-N "
                 "folder to resume from an earlier one, or start a new run (--overwrite)"
             ) from None
-
-
-SHA_SUFFIX = ".sha256"  # beside each shard: its sha256, written by the rank that saved it
-#: beside each checkpoint's shards: the settings of the run that saved it
-SETTINGS_FILE = "qwen3-trn-settings.json"
 
 
 def _timedelta(seconds: float):
@@ -228,101 +257,6 @@ def _state_bytes(manager: CheckpointManager) -> int:
     for part in manager.states["model"].model:
         params += sum(p.numel() for p in part.parameters())
     return checkpoint_bytes(params)
-
-
-class _HashingStream(io.RawIOBase):
-    """A shard's file, hashed as DCP writes it (DCP asks only write, tell, flush,
-    fileno and close of it)."""
-
-    def __init__(self, raw: Any) -> None:
-        self._raw = raw
-        self.sha256 = hashlib.sha256()
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, b: Any) -> int:
-        self.sha256.update(b)
-        return self._raw.write(b)
-
-    def tell(self) -> int:
-        return self._raw.tell()
-
-    def flush(self) -> None:
-        self._raw.flush()
-
-    def fileno(self) -> int:
-        return self._raw.fileno()
-
-    def close(self) -> None:
-        if not self.closed:
-            super().close()  # (flushes, through the file: still open here)
-            self._raw.close()
-
-
-class HashingFileSystem(FileSystem):
-    """DCP's local file system, writing ``SHARD.sha256`` beside each shard it writes."""
-
-    @contextmanager
-    def create_stream(self, path: Any, mode: str) -> Iterator[Any]:
-        if "w" not in mode or not str(path).endswith(".distcp"):
-            with super().create_stream(path, mode) as stream:
-                yield stream
-            return
-        with super().create_stream(path, mode) as raw:
-            stream = _HashingStream(raw)
-            yield stream
-        Path(str(path) + SHA_SUFFIX).write_text(stream.sha256.hexdigest())
-
-
-class ShardWriter(FileSystemWriter):
-    """torch's FileSystemWriter, hashing each shard as it is written and recording the
-    run's settings (:func:`record_run_settings`) before rank 0 writes ``.metadata``:
-    each shard's sha256 without reading it back, and a checkpoint that counts as
-    complete (``.metadata`` exists) holds its settings. Picklable, for torchtitan's
-    process-based async save."""
-
-    def __init__(self, path: Any, *, settings: dict | None = None, **kwargs: Any) -> None:
-        super().__init__(path, **kwargs)
-        self.fs = HashingFileSystem()
-        self.settings = dict(settings or {})
-
-    def finish(self, metadata: Any, results: Any) -> None:
-        record_run_settings(Path(self.path), self.settings)
-        super().finish(metadata, results)
-
-
-def record_run_settings(step_dir: Path, settings: dict) -> None:
-    """Rank 0 writes the run's settings into a checkpoint it saves: what a resume is
-    checked against when run.json is missing or damaged (it had silently resumed a
-    256-token run at 64 tokens). Split as run.json splits them: the resolved plan, and
-    each flag as given (``same_on_every_node`` names them ``--seq-len``, ...). Called
-    by the writer's ``finish``, which only the coordinator (rank 0) runs."""
-    from .metrics_file import strict_json, write_atomically
-
-    if not settings:
-        return
-    record = {
-        "resolved": {k: v for k, v in settings.items() if not k.startswith("--")},
-        "spec": {k[2:].replace("-", "_"): v for k, v in settings.items() if k.startswith("--")},
-    }
-    write_atomically(step_dir / SETTINGS_FILE, strict_json(record, indent=2))
-
-
-def read_run_settings(step_dir: Path) -> dict | None:
-    """The settings a checkpoint recorded (:func:`record_run_settings`), or None: a
-    checkpoint from an older qwen3-trn or torchtitan's own entry point records none."""
-    from ..files import read_json
-    from .metrics_file import RECORD_LIMIT
-
-    try:  # (a pipe, a device, bytes, JSON too deep: none recorded, as files.py reads it)
-        record = read_json(step_dir / SETTINGS_FILE, limit=RECORD_LIMIT, fix="")
-    except (OSError, ValueError):
-        return None
-    ok = isinstance(record, dict) and all(
-        isinstance(record.get(k), dict) for k in ("resolved", "spec")
-    )
-    return record if ok else None
 
 
 def checkpoint_damage(step_dir: Path, share: tuple[int, int] | None = None) -> str | None:

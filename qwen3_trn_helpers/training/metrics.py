@@ -234,6 +234,9 @@ class Qwen3TrnMetrics(MetricsProcessor):
                 logger.warning(f"memory readings: {self.device_memory_monitor.note}")
             self.gpu_peak_flops = Topology(lnc_from_env()).peak_tflops_per_core * 1e12
         self.jsonl: JsonlMetricsLogger | None = None
+        #: tokens every rank together has trained, as the last logged step counted them
+        #: (every rank logs: torchtitan sums the ranks' counts on each)
+        self.tokens_seen: int | None = None
         rank0 = not dist.is_initialized() or dist.get_rank() == 0
         if config.jsonl_file and rank0 and not parallel_dims.pp_enabled:
             Path(dump_folder).mkdir(parents=True, exist_ok=True)
@@ -248,3 +251,18 @@ class Qwen3TrnMetrics(MetricsProcessor):
             container.add_logger(self.logger)
             container.add_logger(self.jsonl)
             self.logger = container
+
+    def log(
+        self,
+        step: int,
+        global_avg_loss: float,
+        global_max_loss: float,
+        grad_norm: float,
+        extra_metrics: dict[str, Any] | None = None,
+    ) -> None:
+        """torchtitan's log; the step's token count over every rank is kept for the
+        checkpoint (training/checkpoint.py ``tokens_seen``)."""
+        seen = (extra_metrics or {}).get("n_tokens_seen")
+        if seen is not None:
+            self.tokens_seen = int(seen)
+        super().log(step, global_avg_loss, global_max_loss, grad_norm, extra_metrics)

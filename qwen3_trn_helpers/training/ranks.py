@@ -211,6 +211,31 @@ def lost_node(error_text: str) -> str | None:
     return None
 
 
+def stopped_ranks(proc: Path = Path("/proc")) -> list[str]:
+    """The other ranks on this node that are stopped (state T: ``kill -STOP``, Ctrl-Z, a
+    debugger), each as ``rank N (pid P on HOST)``: the ranks torchrun started beside this
+    one, read from ``proc`` (Linux; elsewhere none are found).
+
+    Why: a stopped rank answers no collective, and the others only learn of it at the
+    collective timeout, as gloo's "Timed out waiting 100000ms for recv operation", with
+    no word of who; a stopped process is still there to be named."""
+    parent, found = os.getppid(), []
+    for entry in proc.iterdir() if proc.is_dir() else []:
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            if int(fields[1]) != parent or fields[0] not in ("T", "t"):
+                continue
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        ranks = [e[5:].decode() for e in environ if e.startswith(b"RANK=")]
+        if ranks:
+            found.append(f"rank {ranks[0]} (pid {entry.name} on {socket.gethostname()})")
+    return sorted(found)
+
+
 def _addresses(host: str) -> set[str]:
     """Every address ``host`` resolves to here (none if it does not resolve)."""
     try:

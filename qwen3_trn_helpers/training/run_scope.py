@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import math
+import re
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +23,15 @@ with collector_paused():  # the stack's modules stay: no full collections while 
     import torch
 
 from ..device import DEVICES, Device
-from ..errors import PEER_LOST, AssetError, ConfigError, NonFiniteLoss, TrainingError
+from ..errors import (
+    PEER_LOST,
+    AssetError,
+    ConfigError,
+    NonFiniteLoss,
+    TrainingError,
+    stop_error,
+    stop_signal,
+)
 from ..model.variants import VARIANTS, BlockwiseMoE, TorchtitanQwen3, TransformersV5, Variant
 from . import patches
 from .compile import (
@@ -90,7 +99,12 @@ class RunOptions:
 
 #: what a collective says when the rank at the other end is gone (gloo's words; the
 #: Neuron and NCCL backends raise torch's DistError types)
-_LOST_PEER = ("Connection closed by peer", "Connection reset by peer", "remote worker")
+
+
+#: gloo's words when a collective's peer never answered (torch 2.14: unbound_buffer.cc,
+#: "Timed out waiting 100000ms for recv operation to complete")
+_TIMED_OUT = "Timed out waiting"
+_LOST_PEER = ("Connection closed by peer", "Connection reset by peer", "remote worker", _TIMED_OUT)
 
 
 def lost_peer(error: BaseException) -> bool:
@@ -127,6 +141,7 @@ class _RunScope:
         self.stopped_at: int | None = None  # the step a requested stop saved and ended at
         self._watch: RankWatch | None = None  # a launched rank's heartbeat and watchdog
         self._steps_run = 0
+        self._trained_here = False  # whether a step completed in this process
         try:
             if gc.isenabled():  # torchtitan's GarbageCollection turns it off for good
                 self._scope.callback(gc.enable)
@@ -146,7 +161,7 @@ class _RunScope:
                 self._scope.enter_context(static_shapes(options.device))
             super().__init__(config)  # type: ignore[call-arg]
             # each checkpoint records the settings: a resume is checked against them
-            # even when run.json is lost (runs/folder.py: check_resume)
+            # even when run.json is lost (runs/resume.py: check_resume)
             self.checkpointer.run_settings = options.settings  # type: ignore[attr-defined]
             if options.device.is_cpu and world > 1:
                 force_sum_reduction_for_gloo(self.model_parts)
@@ -188,7 +203,15 @@ class _RunScope:
     def forward_backward_step(self, **kwargs: Any) -> torch.Tensor:
         loss = super().forward_backward_step(**kwargs)  # type: ignore[misc]
         self._local_losses.append(loss.detach())
+        self._trained_here = True  # (compiled, the first one took the compile)
         return loss
+
+    def nothing_trained(self) -> bool:
+        """Whether no forward and backward completed in this process: a stop now loses
+        nothing (the run started fresh or from a checkpoint), so SIGTERM need not wait
+        for the step's end (training/stopping.py), which in a first compiled step is
+        minutes of compiling away (340 s on a loaded 2-core CPU)."""
+        return not self._trained_here
 
     def should_continue_training(self) -> bool:
         return self.stopped_at is None and super().should_continue_training()  # type: ignore[misc]
@@ -212,9 +235,17 @@ class _RunScope:
                 if self._watch is not None:  # (stamps when the step's batch is in hand)
                     data_iterator = self._watch.batches(data_iterator)
                 super().train_step(data_iterator)  # type: ignore[misc]
+                # the count over every rank, for the checkpoint this step may save
+                self.checkpointer.tokens_seen = self.metrics_processor.tokens_seen  # type: ignore[attr-defined]
                 self._stop_if_requested()
             self._steps_run += 1
         except Exception as e:
+            stopped = stop_signal()
+            if stopped is not None:
+                # a stop wins over any cause found after it: SIGTERM in a first compiled
+                # step also kills the compiler's processes, whose error names the compile
+                # cache, which is not damaged (a scancel must not send a user to delete it)
+                raise stop_error(stopped) from None
             cache = compile_cache_folder(self.config.qwen3_trn.device) if self._compiles else None  # type: ignore[attr-defined]
             fault = cache_fault(e, cache[1]) if cache is not None else None
             if fault is not None:
@@ -224,6 +255,8 @@ class _RunScope:
                 raise TrainingError(f"step {self.step}: {fault}", step=self.step) from None  # type: ignore[attr-defined]
             if not isinstance(e, RuntimeError):
                 raise
+            if _TIMED_OUT in str(e):
+                raise TrainingError(self._timed_out_message(str(e)), step=self.step) from None  # type: ignore[attr-defined]
             if lost_peer(e):
                 raise TrainingError(
                     f"step {self.step}: {peer_lost_message(str(e))}",  # type: ignore[attr-defined]
@@ -233,6 +266,40 @@ class _RunScope:
             if value is None:
                 raise
             raise NonFiniteLoss(self.step, value) from None  # type: ignore[attr-defined]
+
+    def _timed_out_message(self, error_text: str) -> str:
+        """A collective that timed out: the rank that never came, where one is stopped."""
+        from .ranks import stopped_ranks
+
+        waited = re.search(r"Timed out waiting (\d+)ms", error_text)
+        seconds = f"{int(waited.group(1)) / 1000:.0f} s" if waited else "its timeout"
+        stopped = stopped_ranks()
+        who = (
+            f"{' and '.join(stopped)} is stopped (state T: kill -STOP, or Ctrl-Z or a "
+            "debugger there), and this rank"
+            if stopped
+            else "another rank stopped answering (it is stopped, hung or lost its network); "
+            "this rank"
+        )
+        return (
+            f"step {self.step}: {who} waited {seconds} for it in a collective; metrics.jsonl "  # type: ignore[attr-defined]
+            "holds every completed step: --resume from the last checkpoint"
+        )
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torchtitan's train state (step, this rank's token count), then the count over
+        every rank that the checkpoint recorded: the first rank of the loss mesh holds it
+        and the others start at 0, so torchtitan's sum over the ranks at each step is
+        right at any data-parallel size (it restored one rank's count on every rank)."""
+        super().load_state_dict(state_dict)  # type: ignore[misc]
+        seen = self.checkpointer.tokens_loaded()  # type: ignore[attr-defined]
+        if seen is None:
+            return  # (an older checkpoint: torchtitan's own count)
+        dims = self.parallel_dims  # type: ignore[attr-defined]
+        mesh = dims.get_optional_mesh("loss") if dims.dp_cp_enabled else None
+        first = mesh is None or mesh.get_local_rank() == 0
+        self.ntokens_seen = seen if first else 0
+        self.metrics_processor.tokens_seen = seen  # type: ignore[attr-defined]
 
     def _non_finite_value(self) -> float | None:
         """The local loss when it (or, from another rank, the weights) is not finite."""

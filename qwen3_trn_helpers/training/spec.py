@@ -36,6 +36,10 @@ SPMD_BACKENDS = ("spmd_types", "full_dtensor", "partial_dtensor")
 CHECKPOINT_ASYNC = ("disabled", "async", "async_with_pinned_mem")
 #: ``resume="auto"``: continue from the latest checkpoint in ``out`` if there is one
 RESUME_AUTO = "auto"
+#: the most ``steps`` a run takes. Why a bound: torchtitan trained ``--steps`` of 10**29
+#: until stopped, its lr schedule (decay over the last 80%) at the peak for all of it;
+#: a step a second for 32 years is more than any run, and a larger number is a typo
+MAX_STEPS = 10**9
 
 
 def _param(default: Any, help: str, **cli: Any) -> Any:
@@ -188,6 +192,11 @@ class RunSpec:
         "run and every requeued or restarted one)",
         optional_value=RESUME_AUTO,
     )
+    allow_change: bool = _param(
+        False,
+        "with --resume: go on although a setting that changes the training (lr, seed, global "
+        "batch, corpus, ...) differs from the checkpointed run's; run.json records each change",
+    )
     max_restarts: int = _param(
         0,
         "torchrun restarts this node's ranks up to N times after one fails (torchrun's "
@@ -325,6 +334,17 @@ class RunSpec:
             raise ConfigError(
                 "resume needs checkpoints: pass the run's checkpoint_interval "
                 "(--checkpoint-interval N) again"
+            )
+        if self.allow_change and not self.resume:
+            raise ConfigError(
+                "allow_change lets a resume change settings: pass it with --resume (or "
+                "--resume auto)"
+            )
+        if self.steps > MAX_STEPS:
+            raise ConfigError(
+                f"steps must be at most {MAX_STEPS:,} (32 years at a step a second), got "
+                f"{self.steps:,}: pass the steps this run should train (the learning rate "
+                "decays over the last 80% of them)"
             )
         if self.resume and self.out is None:
             raise ConfigError("resume needs --out: the folder of the run to continue")

@@ -30,9 +30,11 @@ from __future__ import annotations
 import math
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from ..errors import note_stop, stop_error
 
 #: in a run folder: ask the run to save its current step and stop cleanly
 STOP_FILE = "save-and-stop"
@@ -108,6 +110,10 @@ class StopRequest:
     def __init__(self, stop_file: Path | None = None) -> None:
         self.signal: int | None = None
         self.stop_file = stop_file
+        #: whether stopping now loses no step (none trained in this process yet: set by
+        #: the caller, runs/here.py): a signal then stops at once instead of at the end
+        #: of a step that may take minutes to compile
+        self.nothing_to_save: Callable[[], bool] | None = None
         #: after :meth:`agree` said stop: asked through the stop file (a clean stop),
         #: not by a signal (the job is being torn down)
         self.clean = False
@@ -141,6 +147,9 @@ class StopRequest:
 
         def handler(signum, frame):
             self.signal = signum
+            note_stop(signum)  # a step this signal breaks fails as a stop (errors.stop_signal)
+            if self.nothing_to_save is not None and self.nothing_to_save():
+                raise stop_error(signum)  # (a first step, compiling: nothing to save yet)
 
         previous = signal.signal(signal.SIGTERM, handler)
         try:

@@ -149,7 +149,7 @@ def trainer_config(
     ``data_parallel``: ``fsdp2`` or ``simple_fsdp`` (a :class:`Qwen3TrnGraphTrainer`
     config, training/simple_fsdp.py); None: the plan's choice.
     """
-    from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw
+    from torchtitan.components.optimizer import default_adamw
     from torchtitan.config import CommConfig, DebugConfig, ParallelismConfig, TrainingConfig
     from torchtitan.config.override import OverrideConfig
 
@@ -158,6 +158,7 @@ def trainer_config(
     from ..data.global_order import loader_for
     from .checkpoint import Qwen3TrnCheckpointManager
     from .compile import compile_config
+    from .lr_schedule import lr_scheduler_config
     from .metrics import Qwen3TrnMetrics
 
     if plan.init.pending:
@@ -191,12 +192,7 @@ def trainer_config(
         ),
         dataloader=loader.Config(dataset=dataset, dataset_path=dataset_path),
         optimizer=default_adamw(lr=plan.lr),
-        lr_scheduler=LRSchedulersContainer.Config(
-            warmup_steps=plan.warmup_steps,
-            decay_ratio=0.8,
-            decay_type="linear",
-            min_lr_factor=0.0,
-        ),
+        lr_scheduler=lr_scheduler_config(plan.warmup_steps),
         training=TrainingConfig(
             local_batch_size=plan.spec.local_batch_size,
             global_batch_size=plan.spec.global_batch_size or -1,  # -1: no accumulation

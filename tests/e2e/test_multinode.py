@@ -307,7 +307,9 @@ def test_a_node_that_never_joins_is_named(tmp_path):
 @pytest.mark.long
 def test_resume_on_another_rank_count(tmp_path):
     """Saved by 2 ranks, resumed by 1 (a node lost): model and optimizer reshard, and
-    the data goes on (tests/core/data/test_global_order.py compares the samples)."""
+    the data goes on (tests/core/data/test_global_order.py compares the samples). The
+    global batch stays 2 sequences a step (gradient accumulation on the one rank): with
+    the default (one microbatch per rank) the resume is refused, naming the flag."""
     out = str(tmp_path / "run")
     saves = ("--checkpoint-interval", "2", "--out", out)
     first = subprocess.run(
@@ -316,12 +318,16 @@ def test_resume_on_another_rank_count(tmp_path):
     )  # fmt: skip
     assert first.returncode == 0, first.stderr
     resumed = subprocess.run(
-        train_cmd("--nproc", "1", "--steps", "4", *saves, "--resume"),
+        train_cmd("--nproc", "1", "--steps", "4", *saves, "--resume", "--global-batch-size", "2"),
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     assert "the data order restarts" not in resumed.stderr
-    assert [r["step"] for r in read_metrics(Path(out) / "metrics.jsonl")] == [1, 2, 3, 4]
+    records = read_metrics(Path(out) / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    # 2 sequences of 256 tokens a step: the count goes on from the 2 ranks' 1024 (it went
+    # on from one rank's 512: torchtitan saves each rank's own count)
+    assert [r["tokens_seen"] for r in records] == [512, 1024, 1536, 2048]
     assert json.loads((Path(out) / "run.json").read_text())["status"] == "completed"
 
 
