@@ -101,6 +101,12 @@ def add_reproduce_parser(
         "(aws-neuron/torchtitan-neuron, in the Neuron venv) for the same 10 steps, weights "
         "and data, and show both stacks' step-1 losses",
     )
+    repro.add_argument(
+        "--brief",
+        action="store_true",
+        help="three lines instead of the tables: the two step-1 losses, the gap against "
+        "AWS's, where the figure and metrics are (scripts/setup.sh's main job)",
+    )
 
 
 def add_parity_parser(sub: Any, debug: argparse.ArgumentParser) -> None:
@@ -189,6 +195,9 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         print(f"stacks:  {result['stacks_json']}")
         return 0
     rep = reproduce(spec, progress=not args.no_progress)
+    if args.brief:
+        print("\n".join(rep.brief_lines()))
+        return 0
     print(Table(rep.step_rows()))
     print()
     print(Table(rep.summary_rows()))

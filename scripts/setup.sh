@@ -281,13 +281,22 @@ hook=$("$py" -c "from qwen3_trn_helpers import without_triton as w; print(w.writ
 "$VENV/bin/qwen3-trn" assets ${published:+--published}
 [ "$install_only" = 1 ] && exit 0
 
+# The main job: the seed's experiment in miniature, AWS's 10 steps from the published
+# weights and from random init with the same data and settings, then one figure with both
+# curves beside AWS's step-1 losses (6.54, 12.43) and three lines. On a CPU the tiny
+# preset and its local "published" checkpoint (made here once, cached); on trn2 the same
+# command runs the real sizes (Qwen3-4B on 64 ranks). Whatever stops it ends in one line,
+# and setup run again picks up there: the install, the assets and the checkpoint are
+# kept, and so is each run that finished (lessons/reproduction.py kept_run).
+main_job=("$VENV/bin/qwen3-trn" reproduce --variant native --out runs/reproduce --brief)
+
 if [ -n "$neuron_site" ]; then
   echo "Neuron venv: climbing the smoke ladder (each rung in its own process; smoke/smoke.json)"
   status=0
   "$VENV/bin/qwen3-trn" smoke --no-full-size --out smoke || status=$?
   if [ "$status" = 0 ]; then
     echo "next: $VENV/bin/qwen3-trn smoke --rung 4b_native_64ranks   (64 ranks, compiles for minutes)"
-    echo "then: $VENV/bin/qwen3-trn reproduce --variant native"
+    echo "then: ${main_job[*]}   (the main job a CPU setup runs, at the real sizes)"
   else
     echo "setup installed everything, but the smoke ladder failed: read the fix on each" \
       "failed rung above; attach smoke/smoke.json to a bug report" >&2
@@ -296,5 +305,6 @@ if [ -n "$neuron_site" ]; then
 fi
 
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
-"$VENV/bin/qwen3-trn" train --variant native --steps 10 --local-batch-size 1 \
-  --init random --out runs/walkthrough --overwrite
+"${main_job[@]}"
+echo "next: the course, notebooks 00 to 06: $VENV/bin/jupyter lab notebooks/ (start with" \
+  "00_preflight.ipynb; 03 explains this figure)"
