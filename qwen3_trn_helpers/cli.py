@@ -16,7 +16,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from .assets import hub_offline
-from .errors import Qwen3TrnError, Terminated, terminate_on_sigterm
+from .errors import Qwen3TrnError, Terminated, disk_full, terminate_on_sigterm
 from .ops.cli import (
     OPS_COMMANDS,
     add_data_parser,
@@ -299,8 +299,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         # traceback either)
         if args.debug:
             raise
+        full = disk_full(e)
+        if full is not None:  # (a library's error around it: torch's checkpoint writer)
+            from .training.metrics_file import free_space
+
+            what = (
+                f"writing {full} failed ({free_space(os.path.dirname(full) or '.')} free there)"
+                if full
+                else "No space left on device"
+            )
+            print(
+                f"error: the disk is full: {what}; free some space, then run the same command "
+                "again (what finished is kept)",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
+        # one line, whatever the library's message holds (the traceback: --debug)
+        first = next((line for line in str(e).splitlines() if line.strip()), "")
         print(
-            f"error: unexpected {type(e).__name__}: {e} (rerun with --debug for the traceback)",
+            f"error: unexpected {type(e).__name__}: {first} (rerun with --debug for the traceback)",
             file=sys.stderr,
         )
         return EXIT_FAILED

@@ -227,8 +227,8 @@ print(next(r for r in cpu if re.match(r'torch\s*==', r)).replace(' ', ''))")
         uv_pin=$("$py" -m qwen3_trn_helpers.ops.installer requirement)
         uv_args=()
         while IFS= read -r option; do uv_args+=("$option"); done <<< "$uv_out"
-        if ! "$py" -m pip install --quiet $nocompile "$uv_pin"; then
-          echo "note: could not install $uv_pin (pip's error above); installing with pip"
+        if ! boot=$("$py" -m pip install --quiet $nocompile "$uv_pin" 2>&1); then
+          echo "note: could not install $uv_pin ($(echo "$boot" | grep -E '^ERROR' | tail -n 1)); installing with pip"
         else
           echo "installing: uv pip install -e .[$extras] (pip's settings passed on)"
           if UV_CACHE_DIR=${UV_CACHE_DIR:-$VENV/.uv-cache} "$VENV/bin/uv" pip install \
@@ -246,7 +246,19 @@ print(next(r for r in cpu if re.match(r'torch\s*==', r)).replace(' ', ''))")
     fi
     if [ -z "$installed_by" ]; then
       echo "installing: pip install ${constraints:+-c $constraints }-e .[$extras]"
-      "$py" -m pip install --quiet $nocompile ${constraints:+-c "$constraints"} -e ".[$extras]"
+      # its output to a log and one line here (no network, a full disk): rerun picks up,
+      # as the stamp below is written only once everything is installed
+      log="$VENV/pip-install.log"
+      if ! "$py" -m pip install --quiet $nocompile ${constraints:+-c "$constraints"} -e ".[$extras]" \
+          > "$log" 2>&1; then
+        why=$(grep -E '^[[:space:]]*ERROR' "$log" 2>/dev/null | tail -n 1 | sed 's/^[[:space:]]*//')
+        fix="connect to the network (pip config list shows the index), or install offline:"
+        fix="$fix scripts/setup.sh --wheelhouse DIR (docs/install.md)"
+        grep -q "No space left on device" "$log" 2>/dev/null && fix="free some disk space"
+        echo "error: pip could not install the package (${why:-no error line}); $fix; then" \
+          "rerun scripts/setup.sh (pip's output: $log)" >&2
+        exit 1
+      fi
     fi
   fi
   site_packages=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
