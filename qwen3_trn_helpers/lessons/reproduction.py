@@ -38,7 +38,7 @@ INITS = ("pretrained", "random")
 #: what each init is called on the figure and the terminal
 INIT_NAMES = {"pretrained": "published weights", "random": "random init"}
 #: where AWS's two numbers come from, for the figure and the terminal
-AWS_RUN = "Qwen3-4B on trn2"
+AWS_RUN = "Qwen3-4B, trn2"
 LN_VOCAB = math.log(VOCAB_SIZE)
 
 
@@ -116,7 +116,7 @@ class Reproduction:
         where = where_it_ran(self.device_type, self.nproc)
         return (
             f"Qwen3 {self.variant} ({self.preset}, {where}): published weights vs "
-            f"random init, {self.steps} steps"
+            f"random init, {self.steps} step{'s' if self.steps != 1 else ''}"
         )
 
     def gap_line(self) -> str:
@@ -125,7 +125,7 @@ class Reproduction:
         return (
             f"gap at step 1: {self.gap():.2f} nats here ({ours['random']:.2f} - "
             f"{ours['pretrained']:.2f}); {step1_gap(aws):.2f} in AWS's run "
-            f"({aws['random']} - {aws['pretrained']}, {AWS_RUN})"
+            f"({aws['random']} - {aws['pretrained']}; {AWS_RUN})"
         )
 
     def curve_names(self) -> dict[str, str]:
@@ -141,15 +141,15 @@ class Reproduction:
         """What ``qwen3-trn reproduce --brief`` (setup's main job) prints: the two step-1
         losses, the gap against AWS's, and where the figure and metrics are."""
         ours, aws = self.step1(), AWS_STEP1
-        where = f"{self.preset} on {where_it_ran(self.device_type, self.nproc)}"
+        where = f"{self.preset}, {where_it_ran(self.device_type, self.nproc)}"
         out = shown(self.out)
         return [
             f"step-1 loss: published weights {ours['pretrained']:.2f}, random init "
-            f"{ours['random']:.2f} nats/token ({where}; AWS, {AWS_RUN}: "
-            f"{aws['pretrained']} and {aws['random']})",
+            f"{ours['random']:.2f} nats ({where}); AWS: {aws['pretrained']} and "
+            f"{aws['random']} ({AWS_RUN})",
             f"gap at step 1: {self.gap():.2f} nats here, {step1_gap(aws):.2f} in AWS's run",
             f"figure: {shown(self.figure_path or self.out / 'reproduce.png')}  metrics: "
-            f"{out}/{{pretrained,random}}/metrics.jsonl, {out}/summary.json",
+            f"{out}/summary.json and {{pretrained,random}}/metrics.jsonl",
         ]
 
     def step_rows(self) -> list[dict[str, object]]:
