@@ -367,3 +367,61 @@ def test_an_unknown_installer_is_one_error_line_before_anything_is_made(tmp_path
         "error: QWEN3_TRN_INSTALLER is $(id); set it to uv (the default) or pip"
     ]
     assert not (tmp_path / "v").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 40 MiB tmpfs (root only: skipped elsewhere), unmounted after the test: room for
+    the tokenizer and corpus, not for making the local checkpoint."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    try:
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(where)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+    except OSError as e:
+        pytest.skip(f"mount: {e}")
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()})")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+def test_a_full_disk_while_the_main_job_makes_the_checkpoint_is_one_line(small_disk, tmp_path):
+    """A real ENOSPC: the asset cache has room for the tokenizer and the corpus, and the
+    local checkpoint's export (81 MB) fills it after 40 steps of pretraining. The main job
+    ends in one line that says where and what to do, and keeps nothing half-made."""
+    import shutil
+
+    from qwen3_trn_helpers.assets import ensure_tokenizer
+    from qwen3_trn_helpers.data.corpus import embedded_corpus_path
+
+    cache = small_disk / "cache"
+    cache.mkdir()
+    for folder in (ensure_tokenizer(), embedded_corpus_path().parent):  # as setup built them
+        shutil.copytree(folder, cache / folder.name)
+    out = tmp_path / "rep"
+    proc = subprocess.run(
+        [sys.executable, "-m", "qwen3_trn_helpers", *MAIN_JOB.split()[:-3], "--out", str(out),
+         "--brief", "--no-progress"],
+        cwd=tmp_path, env={**os.environ, "QWEN3_TRN_CACHE": str(cache), "HF_HUB_OFFLINE": "1"},
+        capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0].startswith(
+        f"error: the disk is full where the local 'tiny' checkpoint is made ({cache}: "
+    )
+    assert lines[0].endswith(
+        "then run the same command again; it is made anew, nothing half-made is kept"
+    )
+    assert sorted(p.name for p in cache.iterdir() if not p.name.startswith(".")) == sorted(
+        [ensure_tokenizer().name, embedded_corpus_path().parent.name]
+    )
+    assert not [p for p in cache.iterdir() if p.name.startswith(".published-")
+                and not p.name.endswith(".lock")]  # fmt: skip
+    assert not (out / "summary.json").exists() and proc.stdout == ""
