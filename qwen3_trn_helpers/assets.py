@@ -25,10 +25,12 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 from .checksums import sha256_of
-from .errors import AssetError
+from .errors import AssetError, ConfigError
+from .files import MiB, check_folder, read_json
 
 
 @dataclass(frozen=True)
@@ -236,6 +238,10 @@ def tokenizer_dir() -> Path:
     return cache_dir() / f"qwen3-tokenizer-v{TOKENIZER_FORMAT}"
 
 
+#: a tokenizer folder's files -> (largest size, a JSON object?): Qwen3's tokenizer.json 11 MiB
+TOKENIZER_FILES = {"tokenizer.json": (512 * MiB, False), "tokenizer_config.json": (16 * MiB, True),
+                   "chat_template.jinja": (16 * MiB, False)}  # fmt: skip
+TOKENIZER_FIX = "copy the tokenizer's files again from its model's folder"
 CHECKSUMS = "checksums.json"  # sha256 of each built file, written when it is built
 
 
@@ -250,7 +256,7 @@ def damaged_files(folder: str, stamp: tuple[int, int]) -> str | None:
     mtime of tokenizer.json) re-checks it only when the file changes."""
     path = Path(folder)
     try:
-        sums = json.loads((path / CHECKSUMS).read_text())
+        sums = read_json(path / CHECKSUMS, limit=MiB, fix="")
     except (OSError, ValueError):
         return f"{CHECKSUMS} is missing or unreadable"
     for name, expected in sums.items():
@@ -302,6 +308,7 @@ def resolve_tokenizer(source: str | Path | None) -> Path:
         )
     if not (path / "tokenizer.json").exists():
         raise AssetError(f"{path} has no tokenizer.json; pass a Hugging Face model folder")
+    check_folder(path, TOKENIZER_FILES, TOKENIZER_FIX)
     return path
 
 
@@ -313,6 +320,7 @@ def load_tokenizer(folder: str | Path):
     the file changes).
     """
     path = Path(folder) / "tokenizer.json"
+    check_folder(path.parent, {"tokenizer.json": TOKENIZER_FILES["tokenizer.json"]}, TOKENIZER_FIX)
     return _parsed_tokenizer(str(path), path.stat().st_mtime_ns)
 
 
@@ -334,6 +342,76 @@ def _parsed_tokenizer(path: str, mtime_ns: int):
 def tokenizer_vocab_size(folder: Path) -> int:
     """Tokens the tokenizer can produce (base vocabulary plus added tokens)."""
     return load_tokenizer(folder).get_vocab_size()
+
+
+def tokenizer_identity(folder: str | Path) -> dict[str, Any]:
+    """What makes two tokenizers produce the same ids: tokenizer.json's bytes and the
+    BOS/EOS ids torchtitan's tokenizer derives (from tokenizer_config.json too)."""
+    folder = Path(folder).absolute()
+    # (a run plans more than once: remembered while the files stay as they were)
+    stamps = tuple(
+        (p.stat().st_mtime_ns, p.stat().st_size) if p.exists() else None
+        for p in (folder / "tokenizer.json", folder / "tokenizer_config.json")
+    )
+    return dict(_identity(str(folder), stamps))
+
+
+@functools.lru_cache(maxsize=8)
+def _identity(folder: str, stamps: tuple) -> tuple[tuple[str, Any], ...]:
+    from torchtitan.components.tokenizer import HuggingFaceTokenizer
+
+    tokenizer = HuggingFaceTokenizer(tokenizer_path=folder)
+    return (
+        ("sha256", sha256_of(Path(folder) / "tokenizer.json")),
+        ("vocab_size", tokenizer.get_vocab_size()),
+        ("bos_id", tokenizer.bos_id),
+        ("eos_id", tokenizer.eos_id),
+    )
+
+
+def check_same_tokenizer(
+    tokenizer_dir: str | Path, recorded: dict[str, Any], corpus: str | Path
+) -> None:
+    """A prepared ``corpus`` holds the ids of the tokenizer in ``tokenizer_dir`` (its
+    manifest ``recorded`` the one it was tokenized with), or one line says which."""
+    folder = Path(corpus).expanduser()
+    have = tokenizer_identity(tokenizer_dir)
+    differs = [k for k in ("sha256", "bos_id", "eos_id") if recorded.get(k) != have[k]]
+    if differs:
+        raise ConfigError(
+            f"prepared corpus {folder} was tokenized with another tokenizer than this "
+            f"run's {tokenizer_dir} ({', '.join(differs)} differ; it was prepared with "
+            f"{recorded.get('path')}): train with --tokenizer set to that one, or prepare "
+            f"the corpus again with --tokenizer {tokenizer_dir}"
+        )
+
+
+def run_tokenizer(
+    source: str | None,
+    *,
+    checkpoint: Path | None,
+    vocab_size: int,
+    model: str,
+    prepared: tuple[str, dict[str, Any]] | None = None,
+) -> Path:
+    """The tokenizer a run uses: ``source`` (``--tokenizer``), else the ``checkpoint``
+    folder's own, else ours; its ids must fit the model's embedding (``vocab_size``
+    rows; ``model``: where that shape comes from), and a ``prepared`` corpus (its name
+    and recorded tokenizer) must hold this tokenizer's ids."""
+    if source is None and checkpoint is not None and (checkpoint / "tokenizer.json").exists():
+        source = str(checkpoint)
+    tokenizer_dir = resolve_tokenizer(source)
+    n_tokens = tokenizer_vocab_size(tokenizer_dir)
+    if n_tokens > vocab_size:
+        raise ConfigError(
+            f"the tokenizer in {tokenizer_dir} has {n_tokens} tokens but the model's "
+            f"embedding has {vocab_size} rows ({model}); ids past {vocab_size - 1} would "
+            "index out of range: use the model's own tokenizer or a model with a larger "
+            "vocabulary"
+        )
+    if prepared is not None:  # its ids are this tokenizer's
+        check_same_tokenizer(tokenizer_dir, prepared[1], prepared[0])
+    return tokenizer_dir
 
 
 #: the hub clients' offline switches read at import: (module, attribute)

@@ -16,7 +16,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from .assets import hub_offline
-from .errors import Qwen3TrnError, Terminated, terminate_on_sigterm
+from .errors import Interrupted, Qwen3TrnError, Terminated, cli_face, terminate_on_sigterm
 from .ops.cli import (
     OPS_COMMANDS,
     add_data_parser,
@@ -28,6 +28,7 @@ from .ops.cli import (
     add_smoke_parser,
     add_wheelhouse_parser,
 )
+from .ops.watch import add_watch_parser, cmd_watch
 from .runs.arguments import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     slurm = add_slurm_parser(sub, debug)
     k8s = add_k8s_parser(sub, debug)
     add_data_parser(sub, debug, quiet)
+    add_watch_parser(sub, debug)
     add_job_flags(slurm, k8s)
     add_doctor_parser(sub, debug)
     add_assets_parser(sub, debug)
@@ -263,10 +265,16 @@ COMMANDS = {
     "doctor": _cmd_doctor,
     "assets": _cmd_assets,
     **OPS_COMMANDS,
+    "watch": cmd_watch,
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with cli_face():  # an error names --flags here; in Python, the arguments (errors.py)
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     for stream in (sys.stdout, sys.stderr):
         # a terminal that cannot show a character (PYTHONIOENCODING=ascii, a C locale)
@@ -288,7 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         what = "terminated" if isinstance(e, Terminated) else "interrupted"
         # (a launch names what the run folder holds: runs/torchrun.py finalise_after_stop)
-        held = getattr(e, "files_line", None) or "every completed step is in metrics.jsonl"
+        held = e.held if isinstance(e, Interrupted) else None
+        held = held or "every completed step is in metrics.jsonl"
         print(f"{what}: {held}", file=sys.stderr)
         if str(e).startswith("stopped by signal"):  # a checkpoint saved on SIGTERM
             print(f"{what}: {e}", file=sys.stderr)

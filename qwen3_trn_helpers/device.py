@@ -187,11 +187,21 @@ def cpu_has_bf16_matmul() -> bool:
     Without it (an AVX2-only CPU: no avx512bw, no AMX) torch multiplies bf16 matrices
     in its scalar fallback loop (``cpublas_gemm_impl``): a tiny-model step measured 87 s
     there against 2.4 s in float32 on the same AVX2 EPYC, so a CPU run there trains in
-    float32 (training/plan.py). Asked of torch itself, not read off CPU flags.
+    float32 (:func:`mixed_precision_on`). Asked of torch itself, not read off CPU flags.
     """
     import torch
 
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def mixed_precision_on(device: Device, asked: str) -> str:
+    """The mixed precision a run that asks for ``asked`` trains in on ``device``: as
+    asked, but float32 for bf16 on a CPU whose bf16 matrix products have no hardware
+    path (:func:`cpu_has_bf16_matmul`: 35x slower than float32 there); the plan's
+    summary then says so."""
+    if device.is_cpu and asked == "bfloat16" and not cpu_has_bf16_matmul():
+        return "float32"
+    return asked
 
 
 def resolve(requested: str = "auto") -> Device:
@@ -319,7 +329,7 @@ def parse_neuron_ls(text: str) -> list[dict] | None:
     """
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, TypeError):
+    except (json.JSONDecodeError, TypeError, RecursionError):
         return None
     if isinstance(data, list):
         if not data:

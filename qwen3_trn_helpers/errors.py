@@ -8,13 +8,24 @@ and what to do about it.
 
 from __future__ import annotations
 
+import contextvars
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 
 class Qwen3TrnError(Exception):
-    """Base class: a problem with the user's input or environment, not a bug."""
+    """Base class: a problem with the user's input or environment, not a bug.
+
+    A message names a run option the way the command line does (``--out``, ``--resume
+    auto``); shown in Python (a notebook, ``run(...)``), it names the argument instead
+    (``out``, ``resume="auto"``): see :func:`in_python_words`. ``args[0]`` keeps the
+    command line's words, which a child process prints for its parent to raise again."""
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return text if _CLI_FACE.get() else in_python_words(text)
 
 
 class ConfigError(Qwen3TrnError, ValueError):
@@ -53,7 +64,17 @@ class NonFiniteLoss(TrainingError):
         self.value = value
 
 
-class Terminated(KeyboardInterrupt):
+class Interrupted(KeyboardInterrupt):
+    """A stop (Ctrl-C; SIGTERM is :class:`Terminated`) that says what the run folder
+    holds, when the process that caught it knows: ``held``, the terminal's last line (a
+    launch names the steps metrics.jsonl holds and the checkpoint; None: not known)."""
+
+    def __init__(self, *args: object, held: str | None = None) -> None:
+        super().__init__(*args)
+        self.held = held
+
+
+class Terminated(Interrupted):
     """SIGTERM (``timeout``, Slurm's ``scancel``, Kubernetes) arrived: stop as Ctrl-C does.
 
     A KeyboardInterrupt, so that every place that ends a run's processes and records
@@ -136,3 +157,71 @@ PEER_LOST = (
     "lost its network); metrics.jsonl holds every completed step: --resume from the "
     "last checkpoint once every node runs again"
 )
+
+
+# ------------------------------------------------ an option's name, on either face
+
+#: whether this process (or this part of it) answers as the command line: cli.main sets
+#: it for its duration; anything else (a notebook, a script calling run()) is Python
+_CLI_FACE: contextvars.ContextVar[bool] = contextvars.ContextVar("qwen3_trn_cli", default=False)
+#: flag -> (the Python argument, whether it stands alone as True, the words it takes as a
+#: value); filled by the
+#: modules that own the options (training/spec.py: every RunSpec field), so this module
+#: needs none of them
+_OPTIONS: dict[str, tuple[str, bool, tuple[str, ...]]] = {}
+#: a flag and the word after it; a code span or a command example is left as written
+_KEPT = re.compile(r"`[^`]*`|qwen3-trn [^`)\"';]*")
+_FLAG = re.compile(
+    r"(?<![\w-])--([a-z][a-z0-9-]*)(?![\w=])(?: (?P<word>[^\s,;:)(]+?)(?=[.]?(?:[\s,;:)]|$)))?"
+)
+_NUMBER = re.compile(r"-?\d[\d_]*(\.\d+)?(e-?\d+)?")
+
+
+def register_options(options: Mapping[str, tuple[str, bool, tuple[str, ...]]]) -> None:
+    """Options messages may name: ``{"--out": ("out", False, ()), "--overwrite":
+    ("overwrite", True, ()), "--resume": ("resume", False, ("auto",))}``."""
+    _OPTIONS.update(options)
+
+
+@contextmanager
+def cli_face() -> Iterator[None]:
+    """Errors shown inside name options as the command line does (``--overwrite``)."""
+    token = _CLI_FACE.set(True)
+    try:
+        yield
+    finally:
+        _CLI_FACE.reset(token)
+
+
+def in_python_words(message: str) -> str:
+    """``message`` with each registered ``--flag`` as the Python argument it is: a switch
+    as ``overwrite=True``, a flag with a value as ``resume="auto"`` or
+    ``checkpoint_interval=N``, a flag named alone as its bare name (``out``). Flags of
+    other tools, code spans and ``qwen3-trn ...`` examples stay as they are."""
+
+    def argument(match: re.Match[str]) -> str:
+        known = _OPTIONS.get(f"--{match[1]}")
+        if known is None:
+            return match[0]
+        name, switch, choices = known
+        word = match["word"]
+        rest = f" {word}" if word is not None else ""
+        bare = word.strip("'\"") if word is not None else None
+        if bare is not None and bare in choices:
+            return f'{name}="{bare}"'
+        if switch:  # a flag that stands alone (--overwrite; --resume without auto)
+            return f"{name}=True{rest}"
+        if word is None:
+            return name
+        if _NUMBER.fullmatch(word) or (word.isupper() and any(c.isalpha() for c in word)):
+            return f"{name}={word}"  # a number, or a placeholder such as N or HOST:PORT
+        if "/" in word or word[:1] in "'\"":
+            return f'{name}="{bare}"'
+        return name + rest
+
+    out, at = [], 0
+    for kept in _KEPT.finditer(message):
+        out += [_FLAG.sub(argument, message[at : kept.start()]), kept[0]]
+        at = kept.end()
+    out.append(_FLAG.sub(argument, message[at:]))
+    return "".join(out)

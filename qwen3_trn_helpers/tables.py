@@ -12,7 +12,9 @@ def _fmt(value: object) -> str:
         return f"{value:.4g}"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
-    return str(value)
+    # a line break inside a cell (a model's sampled text) would split its row in the text
+    # form and vanish into a space in HTML: shown as a mark instead, in both
+    return str(value).replace("\r\n", "\n").replace("\n", "⏎")
 
 
 class Table:

@@ -26,10 +26,12 @@ RUNTIME_MICROCODE_MB_PER_PHYSICAL_CORE = 96
 #: size: they depend on the compiled graphs. An assumption, stated as one: 1 GiB per
 #: logical core, to be replaced by what neuron-top shows on the 4b_native_64ranks rung.
 RUNTIME_OTHER_GIB_PER_LOGICAL_CORE_ASSUMED = 1.0
-#: share of a core's HBM a plan may use: the rest is margin for what no estimate sees
+#: share of a core's HBM a run may fill with what the memory estimate counts (the rule
+#: ``train`` applies before it starts): the rest is margin for what no estimate sees
 #: (allocator fragmentation, compiler temporaries, the runtime's own assumed share
-#: being low)
-PLANNING_HEADROOM = 0.9
+#: being low). The planner keeps a margin of its own on top (ops/planner/machines.py,
+#: ``PLANNER_MARGIN``): another meaning, another name.
+RUN_HBM_SHARE = 0.9
 #: NeuronLink-v3 between Trainium2 chips: "provides 1.28 TB/sec bandwidth per device"
 #: (Neuron docs, About Neuron > Architecture > Trainium2, chip components, NeuronLink).
 #: The planner's cost model (ops/planner/cost.py) gives each logical core its share.
@@ -108,6 +110,25 @@ def core_slice(text: str, logical_cores: int = TRN2.logical_cores) -> range:
             f"cores 0-{logical_cores - 1} at LNC {DEFAULT_LNC}"
         )
     return range(first, last + 1)
+
+
+def slice_problem(text: str, nproc: int, *, on_trn2: bool, device_type: str) -> str | None:
+    """What is wrong with giving a run's ``nproc`` ranks per node the cores ``text``
+    (``--neuron-cores``) on a ``device_type`` machine, or None: one core a rank, on trn2
+    only. (``text`` is valid: the spec checked it.)"""
+    if not on_trn2:
+        return (
+            f"neuron_cores {text} chooses NeuronCores on a trn2, but this run trains on "
+            f"{device_type!r}; drop --neuron-cores (or run it on trn2)"
+        )
+    cores = core_slice(text)
+    if len(cores) != nproc:
+        return (
+            f"neuron_cores {text} holds {len(cores)} cores but the run starts {nproc} "
+            f"rank(s) per node, one core each: give {cores.start}-{cores.start + nproc - 1} "
+            f"or --nproc {len(cores)}"
+        )
+    return None
 
 
 def rank_visible_core(text: str, local_rank: int) -> str:

@@ -2,11 +2,13 @@
 # The course as two static HTML sites from one build, each a folder that opens from
 # disk, offline:
 #
-#   OUT/student/index.html      the notebooks, executed (myst-nb), with their figures and
-#                               self-checks, and the reference pages (docs/, under
-#                               "Reference"); no answer key, no instructor's kit
-#   OUT/instructor/index.html   the instructor's kit (notebooks/README.md): plans,
-#                               answers, the trn2 day; hand it to instructors only
+#   OUT/student/index.html      the student page (notebooks/README.md) and the notebooks,
+#                               executed (myst-nb), with their figures and self-checks,
+#                               and the reference pages (docs/, under "Reference"); no
+#                               answer key, no instructor's kit
+#   OUT/instructor/index.html   the instructor's kit (notebooks/INSTRUCTOR.md): plans,
+#                               answers, the trn2 day; hand it to instructors only (not
+#                               built from the student kit, which has no kit)
 #
 #   scripts/build_site.sh            # OUT = build/site
 #   scripts/build_site.sh OUT_DIR
@@ -31,6 +33,8 @@ fi
 out="${1:-build/site}"
 src=$(mktemp -d "${TMPDIR:-/tmp}/qwen3-trn-site-src.XXXXXX")
 trap 'rm -rf "$src"' EXIT
+# the student kit (scripts/student_kit.sh) has no instructor's kit to build
+[ -f notebooks/INSTRUCTOR.md ] || [ "$kinds" = docs ] || kinds=student
 for kind in $kinds; do
   mkdir -p "$src/$kind"
   cp site/conf.py site/mathml.py "$src/$kind/"
@@ -46,7 +50,8 @@ for kind in $kinds; do
 done
 if [ "$kinds" != docs ]; then
   cp site/index.md notebooks/0*.ipynb "$src/student/"
-  cp notebooks/README.md "$src/instructor/index.md"
+  cp notebooks/README.md "$src/student/course.md"
+  [ "$kinds" = student ] || cp notebooks/INSTRUCTOR.md "$src/instructor/index.md"
 fi
 # progress bars render as a frozen first frame ("0/46") on a static page: none at all
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 MPLBACKEND=Agg \
@@ -62,4 +67,5 @@ if [ "$kinds" = docs ]; then
   exit 0
 fi
 echo "student site: $out/student/index.html ($(du -sh "$out/student" | cut -f1))"
-echo "instructor's kit: $out/instructor/index.html ($(du -sh "$out/instructor" | cut -f1))"
+[ "$kinds" = student ] || echo "instructor's kit: $out/instructor/index.html" \
+  "($(du -sh "$out/instructor" | cut -f1))"

@@ -99,6 +99,7 @@ py="$VENV/bin/python"
 extras="notebooks,test"
 [ "$site" = 1 ] && extras="$extras,site"  # only for the site step (scripts/test.sh --site)
 constraints=""
+lock=""
 if [ -n "$neuron_site" ]; then
   own_site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
   if [ -d "$own_site/torch" ]; then
@@ -122,6 +123,13 @@ if [ -n "$neuron_site" ]; then
   extras="$extras,neuron"
 else
   extras="cpu,$extras"
+  # the lockfile's pins as constraints: a laptop, CI and the JupyterLab image (which
+  # installs requirements/cpu.lock whole, hashes checked) get the same versions. The
+  # hashes stay out here: one hashed constraint turns on pip's hash checking for the
+  # whole install, and the editable package has no file to hash
+  lock=requirements/cpu.lock
+  constraints="$VENV/cpu-lock-pins.txt"
+  grep -v '^[[:space:]]*--hash=' "$lock" | sed 's/[[:space:]]*\\$//' > "$constraints"
 fi
 
 published=""
@@ -158,7 +166,8 @@ compile_skip='(.+/)?tests?/|transformers/models/(?!auto/|encoder_decoder/|qwen2/
 # install). The stamp holds that hash, then the extras installed.
 stamp="$VENV/.qwen3-trn-installed"
 # (hashed by Python: macOS has no sha256sum)
-want=$({ cat pyproject.toml ${constraints:+"$constraints"}
+want=$({ cat pyproject.toml
+  if [ -n "$lock" ]; then cat "$lock"; elif [ -n "$constraints" ]; then cat "$constraints"; fi
   echo "checkout: $(pwd -P)"
   if [ -n "$torch_index" ]; then echo "torch index: $torch_index"; fi
   if [ -n "$wheelhouse" ]; then cat "$wheelhouse/manifest.json"; fi; } \
@@ -230,9 +239,9 @@ print(next(r for r in cpu if re.match(r'torch\s*==', r)).replace(' ', ''))")
         if ! boot=$("$py" -m pip install --quiet $nocompile "$uv_pin" 2>&1); then
           echo "note: could not install $uv_pin ($(echo "$boot" | grep -E '^ERROR' | tail -n 1)); installing with pip"
         else
-          echo "installing: uv pip install -e .[$extras] (pip's settings passed on)"
+          echo "installing: uv pip install -c $lock -e .[$extras] (pip's settings passed on)"
           if UV_CACHE_DIR=${UV_CACHE_DIR:-$VENV/.uv-cache} "$VENV/bin/uv" pip install \
-              --quiet --python "$py" "${uv_args[@]}" -e ".[$extras]"; then
+              --quiet --python "$py" "${uv_args[@]}" -c "$constraints" -e ".[$extras]"; then
             installed_by=uv
           else
             echo "note: uv could not install it (its error above); trying pip"

@@ -1,11 +1,11 @@
 """Sphinx configuration of the course's two static sites (scripts/build_site.sh).
 
 One build, two sites: the **student** site (the notebooks, executed, with their figures
-and self-checks, and the reference pages of docs/; no answer key) and the **instructor's
-kit** (notebooks/README.md: the plans, the answers, the trn2 day), each in its own
-folder, so the answers are never one
-click from what students read. ``QWEN3_TRN_SITE_KIND`` says which this run builds
-(``docs``: the reference pages alone, ``scripts/build_site.sh --docs``).
+and self-checks, the student page, and the reference pages of docs/; no answer key) and
+the **instructor's kit** (notebooks/INSTRUCTOR.md: the plans, the answers, the trn2 day),
+each in its own folder, so the answers are never one click from what students read.
+``QWEN3_TRN_SITE_KIND`` says which this run builds (``docs``: the reference pages alone,
+``scripts/build_site.sh --docs``).
 
 Sphinx with myst-nb: myst-nb executes each notebook with its Jupyter kernel and renders
 the outputs (tables, figures) into HTML. Everything opens from disk, offline: formulas

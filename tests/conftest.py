@@ -91,3 +91,24 @@ def published_tiny_moe():
     from qwen3_trn_helpers.runs.weights import ensure_local_published
 
     return ensure_local_published(PRESETS["tiny_moe"], progress=False)
+
+
+#: each hostile probe row's "surface|outcome" (tests/hostile.py), as reports arrive (on
+#: xdist's controller too: a row records it as a user property, which travels with its
+#: report)
+_HOSTILE_OUTCOMES: list[str] = []
+
+
+def pytest_runtest_logreport(report) -> None:
+    if report.when == "call":
+        _HOSTILE_OUTCOMES.extend(v for k, v in report.user_properties if k == "hostile")
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The probe's counts by surface, comparable from round to round (issue 50)."""
+    if not _HOSTILE_OUTCOMES or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    from hostile import counts_table
+
+    terminalreporter.write_sep("=", f"hostile probe: {len(_HOSTILE_OUTCOMES)} rows")
+    terminalreporter.write_line(counts_table(_HOSTILE_OUTCOMES))

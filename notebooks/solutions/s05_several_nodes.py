@@ -18,3 +18,19 @@ def exercise_1(nnodes: int = 4) -> dict:
         "total GiB": plan.memory().total_gib,
         "one node GiB": trn2_plan("native").memory().total_gib,
     }
+
+
+def exercise_2(died_at: int = 900, every: int = 250, finer: int = 50, steps: int = 1000) -> dict:
+    """A job checkpointing every ``every`` steps dies at step ``died_at``.
+
+    ``--resume auto`` continues after the newest complete checkpoint, the last multiple
+    of ``every`` before the failure, so every step since it is computed again; a finer
+    interval loses fewer steps (at most ``finer - 1``) but pauses to save more often."""
+    resumes_after = (died_at - 1) // every * every
+    return {
+        "resumes after step": resumes_after,
+        "computed twice": died_at - resumes_after,
+        "saves": steps // every,
+        "at most lost, finer": finer - 1,
+        "saves, finer": steps // finer,
+    }

@@ -23,10 +23,13 @@ import importlib
 import inspect
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..assets import cache_dir, cached_folder
 from ..errors import AssetError
+from ..files import MiB, parse_json, read_bytes, read_lines
 
 EMBEDDED = "embedded"
 EMBEDDED_PRETRAIN = "embedded-pretrain"
@@ -111,6 +114,8 @@ EMBEDDED_MODULES = (
 )
 
 CORPUS_FORMAT = 2
+#: one document (a JSON line) at most: a book is a few MiB
+DOCUMENT_LIMIT = 256 * MiB
 
 
 def _module_text(name: str) -> str:
@@ -190,28 +195,30 @@ def read_documents(path: str | Path) -> list[str]:
             f"them, or use the built-in corpus ('{EMBEDDED}')"
         )
     docs: list[str] = []
+    one_per_line = 'one document per line, like {"text": "..."}'
     for file in _files_in(path):
-        if file.suffix == ".txt":
-            docs.append(file.read_text(encoding="utf-8", errors="replace"))
+        if file.suffix == ".txt":  # (no size cap: a corpus has no natural size)
+            docs.append(read_bytes(file, limit=None, fix="").decode("utf-8", "replace"))
         elif file.suffix == ".jsonl":
-            with open(file, encoding="utf-8", errors="replace") as f:
-                for lineno, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        text = json.loads(line)["text"]
-                    except (json.JSONDecodeError, KeyError, TypeError) as e:
-                        raise AssetError(
-                            f"{file}:{lineno} is not a JSON object with a 'text' field "
-                            f"({e.__class__.__name__}); one document per line, like "
-                            '{"text": "..."}'
-                        ) from None
-                    if not isinstance(text, str):
-                        raise AssetError(
-                            f"{file}:{lineno}: 'text' is a {type(text).__name__}, not a "
-                            'string; one document per line, like {"text": "..."}'
-                        )
-                    docs.append(text)
+            for lineno, raw in read_lines(file, fix=one_per_line, line_limit=DOCUMENT_LIMIT):
+                where = f"{file}:{lineno}"
+                if raw is None:
+                    limit = f"{DOCUMENT_LIMIT >> 20} MiB"
+                    raise AssetError(f"{where} is longer than {limit}; {one_per_line}")
+                if not raw.strip():
+                    continue
+                try:
+                    text = parse_json(raw.decode("utf-8", "replace"), where, one_per_line)["text"]
+                except (KeyError, TypeError) as e:
+                    raise AssetError(
+                        f"{where} is not a JSON object with a 'text' field "
+                        f"({e.__class__.__name__}); {one_per_line}"
+                    ) from None
+                if not isinstance(text, str):
+                    raise AssetError(
+                        f"{where}: 'text' is a {type(text).__name__}, not a string; {one_per_line}"
+                    )
+                docs.append(text)
         else:
             raise AssetError(f"corpus file {file} must end in .txt or .jsonl")
     docs = [d for d in docs if d.strip()]
@@ -267,3 +274,48 @@ def dataset_args(corpus: str | Path, *, streams: bool | None = None) -> tuple[st
         return DATASET_NAME, corpus
     read_documents(corpus)  # fail now, with a clear message, not inside the dataloader
     return "qwen3_trn_text", corpus
+
+
+@dataclass(frozen=True)
+class RunCorpus:
+    """The corpus a run reads, as planning found it."""
+
+    name: str
+    streams: bool  # a hub dataset, streamed (else the embedded text or local files)
+    #: a prepared folder's tokenizer, as its manifest records it (None: not a prepared
+    #: folder: text, tokenized as the run reads it)
+    tokenizer: dict[str, Any] | None = None
+
+
+def check_corpus(
+    corpus: str,
+    *,
+    named: bool,
+    hashes: bool = False,
+    record_in: str | Path | None = None,
+    reread: bool = False,
+) -> RunCorpus:
+    """The corpus a run reads (``named``: by the user, not the preset's default),
+    checked where it is a file or folder here: a text corpus that is missing or empty,
+    or a damaged prepared folder (its shards' sizes; ``hashes``: their sha256 too, once
+    per run folder ``record_in``, ``reread``: every one; data/verified.py), is one line
+    now, not an error in the dataloader."""
+    from .prepared import check_shards, is_prepared, read_manifest, refuse_incomplete
+
+    embedded = corpus in (EMBEDDED, EMBEDDED_PRETRAIN)
+    # the preset's default names a dataset (c4), never a file or folder where the user
+    # stands: a folder named c4 there had broken plan, dry-run and the job files
+    local = not embedded and named and is_local(corpus)
+    prepared = named and is_prepared(corpus)
+    if not prepared and (
+        local or (not embedded and named and ("/" in corpus or Path(corpus).suffix))
+    ):
+        refuse_incomplete(corpus)
+        read_documents(corpus)  # a clear error now (missing, empty), not in the dataloader
+    tokenizer = None
+    if prepared:  # (its tokenizer is checked once the run's is known: assets.run_tokenizer)
+        folder = Path(corpus).expanduser()
+        manifest = read_manifest(folder)
+        check_shards(folder, manifest, hashes=hashes, record_in=record_in, reread=reread)
+        tokenizer = manifest.get("tokenizer", {})
+    return RunCorpus(corpus, streams=not (embedded or local), tokenizer=tokenizer)

@@ -27,13 +27,15 @@ derives); a damaged shard or another tokenizer is a one-line error before traini
 
 from __future__ import annotations
 
-import functools
-import json
+import os
 from pathlib import Path
 from typing import Any
 
+from ..assets import check_same_tokenizer
 from ..checksums import sha256_of
-from ..errors import AssetError, ConfigError
+from ..errors import AssetError
+from ..files import MiB, read_json
+from .verified import shards_to_hash
 
 MANIFEST = "manifest.json"
 FORMAT = "qwen3-trn-tokens"
@@ -46,72 +48,66 @@ SHARD_TOKENS = 2**28
 ENCODE = {"add_bos": True, "add_eos": True}
 
 PREPARE_HINT = "qwen3-trn data prepare --corpus CORPUS --out DIR"
+#: a shard (and the manifest) while ``data prepare`` writes it: ``.NAME.partial``
+PARTIAL_SUFFIX = ".partial"
 
 
 def is_prepared(path: str | Path) -> bool:
     """A folder ``data prepare`` wrote (it has the manifest)."""
     path = Path(path).expanduser()
-    return path.is_dir() and (path / MANIFEST).is_file()
+    return path.is_dir() and os.path.lexists(path / MANIFEST)  # (read_manifest names a pipe)
 
 
 def refuse_incomplete(path: str | Path) -> None:
     """Shards without a manifest (an interrupted prepare, a partial copy): say so,
     rather than "holds no text" from the text-corpus reader."""
     path = Path(path).expanduser()
-    if path.is_dir() and not (path / MANIFEST).exists() and any(path.glob("tokens-*.arrow")):
+    shards = ("tokens-*.arrow", f".tokens-*.arrow{PARTIAL_SUFFIX}")
+    if (
+        path.is_dir()
+        and not (path / MANIFEST).exists()
+        and any(any(path.glob(pattern)) for pattern in shards)
+    ):
         raise AssetError(
-            f"{path} holds prepared shards but no {MANIFEST}: the prepare was interrupted "
-            f"or the copy is incomplete; copy the whole folder or prepare again ({PREPARE_HINT})"
+            f"{path} holds prepared shards but no {MANIFEST}: the prepare is still running, "
+            "was interrupted, or the copy is incomplete; copy the whole folder or prepare "
+            f"again ({PREPARE_HINT})"
         )
-
-
-def tokenizer_identity(folder: str | Path) -> dict[str, Any]:
-    """What makes two tokenizers produce the same ids: tokenizer.json's bytes and the
-    BOS/EOS ids torchtitan's tokenizer derives (from tokenizer_config.json too)."""
-    folder = Path(folder).absolute()
-    # (a run plans more than once: remembered while the files stay as they were)
-    stamps = tuple(
-        (p.stat().st_mtime_ns, p.stat().st_size) if p.exists() else None
-        for p in (folder / "tokenizer.json", folder / "tokenizer_config.json")
-    )
-    return dict(_identity(str(folder), stamps))
-
-
-@functools.lru_cache(maxsize=8)
-def _identity(folder: str, stamps: tuple) -> tuple[tuple[str, Any], ...]:
-    from torchtitan.components.tokenizer import HuggingFaceTokenizer
-
-    tokenizer = HuggingFaceTokenizer(tokenizer_path=folder)
-    return (
-        ("sha256", sha256_of(Path(folder) / "tokenizer.json")),
-        ("vocab_size", tokenizer.get_vocab_size()),
-        ("bos_id", tokenizer.bos_id),
-        ("eos_id", tokenizer.eos_id),
-    )
 
 
 def read_manifest(folder: str | Path) -> dict[str, Any]:
     """The manifest of a prepared folder, its format checked; one-line errors."""
     folder = Path(folder).expanduser()
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-        ok = manifest.get("format") == FORMAT and isinstance(manifest.get("shards"), list)
-    except (OSError, ValueError, AttributeError) as e:
-        raise AssetError(
-            f"{folder / MANIFEST} cannot be read ({e.__class__.__name__}); prepare the "
-            f"corpus again ({PREPARE_HINT})"
-        ) from None
-    if not ok:
-        raise AssetError(
-            f"{folder / MANIFEST} is not a qwen3-trn prepared corpus; prepare it again "
-            f"({PREPARE_HINT})"
-        )
+    fix = f"prepare the corpus again ({PREPARE_HINT})"
+    manifest = read_json(folder / MANIFEST, limit=64 * MiB, fix=fix)
+    shards = manifest.get("shards")
+    if manifest.get("format") != FORMAT or not isinstance(shards, list):
+        raise AssetError(f"{folder / MANIFEST} is not a qwen3-trn prepared corpus; {fix}")
     if manifest.get("version") != VERSION:
         raise AssetError(
             f"{folder} was prepared in format version {manifest.get('version')}, this "
             f"qwen3-trn reads version {VERSION}; prepare it again ({PREPARE_HINT})"
         )
+    if not shards:  # (torchtitan had: "Unable to concatenate an empty list of datasets")
+        raise AssetError(f"{folder / MANIFEST} lists no shards: it holds no documents; {fix}")
+    wrong = [str(s)[:60] for s in shards if not _shard_entry(s)]
+    if wrong or not isinstance(manifest.get("tokenizer"), dict):
+        what = f"the shard entry {wrong[0]!r}" if wrong else "its tokenizer entry"
+        raise AssetError(f"{folder / MANIFEST} is damaged ({what} is not data prepare's); {fix}")
     return manifest
+
+
+def _shard_entry(shard: Any) -> bool:
+    """A shard entry as data prepare writes it: a plain file name in the folder (never a
+    path out of it), its size and sha256."""
+    if not isinstance(shard, dict):
+        return False
+    name, size = shard.get("file"), shard.get("bytes")
+    return (
+        isinstance(name, str) and Path(name).name == name and name not in ("", ".", "..")
+        and isinstance(size, int) and not isinstance(size, bool) and size >= 0
+        and isinstance(shard.get("sha256"), str)
+    )  # fmt: skip
 
 
 def check_prepared(
@@ -128,6 +124,26 @@ def check_prepared(
     """
     folder = Path(folder).expanduser()
     manifest = read_manifest(folder)
+    check_shards(folder, manifest, hashes=hashes)
+    if tokenizer_dir is not None:
+        check_same_tokenizer(tokenizer_dir, manifest["tokenizer"], folder)
+    return manifest
+
+
+def check_shards(
+    folder: Path,
+    manifest: dict[str, Any],
+    *,
+    hashes: bool = False,
+    record_in: str | Path | None = None,
+    reread: bool = False,
+) -> None:
+    """Every shard ``manifest`` lists is in ``folder`` at its size (``hashes``: and its
+    sha256), or one line names the first that is not.
+
+    ``hashes`` reads the shards whose files changed since the record in the run folder
+    ``record_in`` was written, every one without it or with ``reread``
+    (``--verify-data``; data/verified.py)."""
     for shard in manifest["shards"]:
         file = folder / shard["file"]
         if not file.is_file():
@@ -141,22 +157,16 @@ def check_prepared(
                 f"shard {file} is {size} bytes, its manifest says {shard['bytes']}: the "
                 f"copy is damaged or incomplete; copy it again or prepare again ({PREPARE_HINT})"
             )
-        if hashes and sha256_of(file) != shard["sha256"]:
-            raise AssetError(
-                f"shard {file} does not match its sha256 in {MANIFEST}: the copy is "
-                f"damaged; copy it again or prepare again ({PREPARE_HINT})"
-            )
-    if tokenizer_dir is not None:
-        want, have = manifest["tokenizer"], tokenizer_identity(tokenizer_dir)
-        differs = [k for k in ("sha256", "bos_id", "eos_id") if want.get(k) != have[k]]
-        if differs:
-            raise ConfigError(
-                f"prepared corpus {folder} was tokenized with another tokenizer than this "
-                f"run's {tokenizer_dir} ({', '.join(differs)} differ; it was prepared with "
-                f"{want.get('path')}): train with --tokenizer set to that one, or prepare "
-                f"the corpus again with --tokenizer {tokenizer_dir}"
-            )
-    return manifest
+    if not hashes:
+        return
+    with shards_to_hash(folder, manifest["shards"], record_in, reread=reread) as todo:
+        for shard in todo:
+            file = folder / shard["file"]
+            if sha256_of(file) != shard["sha256"]:
+                raise AssetError(
+                    f"shard {file} does not match its sha256 in {MANIFEST}: the copy is "
+                    f"damaged; copy it again or prepare again ({PREPARE_HINT})"
+                )
 
 
 def load_prepared(path: str):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, TrainingError
+from ..files import MiB, read_json
 
 FORK_MODULE = "torchtitan_neuron.models.qwen3"
 #: the configuration AWS's TorchTitan docs verify the install with (Qwen3-8B)
@@ -171,8 +172,8 @@ def run_fork(
 def ours_step1(out: Path) -> dict[str, float]:
     """Our stack's step-1 losses from ``OUT/summary.json`` (``qwen3-trn reproduce``)."""
     try:
-        summary = json.loads((out / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        summary = read_json(out / "summary.json", limit=16 * MiB, fix="")
+    except (OSError, ValueError):  # (files.py: a pipe, bytes, JSON too deep, ...)
         return {}
     return {row["init"]: row["step-1 loss"] for row in summary.get("summary", [])}
 

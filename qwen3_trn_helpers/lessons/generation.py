@@ -2,7 +2,8 @@
 
 Notebook 03's two 10-step runs export their final weights in Hugging Face format
 (``export_hf``, torchtitan's checkpointer); here transformers loads each folder and
-continues one prompt greedily, so the class sees what the two losses mean as text. On
+continues one prompt (its likeliest next tokens, and a seeded sample), so the class sees
+what the two losses mean as text. On
 a CPU these are the tiny models (the local checkpoint and random init, after 10 steps);
 on trn2 the 4B runs' exports, loaded on the host CPU (no NeuronCore is touched).
 """

@@ -8,14 +8,31 @@ ours: ``torch._dynamo.explain`` (graphs and graph breaks), inductor's generated 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .plots import NotebookFigure
+
+
+class _NoCudaRuntimeNote(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("No CUDA runtime is found")
+
+
+def quiet_cuda_home_note() -> None:
+    """Drop one message: ``torch.utils.cpp_extension`` logs "No CUDA runtime is found,
+    using CUDA_HOME=..." when it is first imported (as inductor's C++ backend imports
+    it) on a machine with a CUDA toolkit (``nvcc`` on PATH) and no GPU. True, and nothing
+    a CPU course needs, yet it showed on stderr under notebook 06's first compile; every
+    other message of that logger is kept."""
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    if not any(isinstance(f, _NoCudaRuntimeNote) for f in logger.filters):
+        logger.addFilter(_NoCudaRuntimeNote())
 
 
 def capture_report(fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
@@ -79,6 +96,8 @@ def eager_ops(fn: Callable[..., Any], *args: Any) -> list[str]:
 def inductor_code(fn: Callable[..., Any], *args: Any, lines: int = 40) -> str:
     """The first kernel inductor generates for ``fn(*args)`` (C++ on a CPU), ``lines`` long."""
     import torch
+
+    quiet_cuda_home_note()  # before inductor imports torch.utils.cpp_extension
     from torch._inductor.utils import run_and_get_code
 
     torch._dynamo.reset()
@@ -135,6 +154,7 @@ def eager_vs_compiled(
     on disk (a kernel restart keeps it)."""
     from ..runs.run import run
 
+    quiet_cuda_home_note()
     workdir = Path(workdir)
     times = StepTimes(load=[os.getloadavg()])
     for repeat in range(repeats):
@@ -152,19 +172,44 @@ def eager_vs_compiled(
     return times
 
 
-def step_time_figure(times: Mapping[str, Sequence[float]], *, title: str = "") -> NotebookFigure:
-    """Step time per step, one line per run (log scale: the compile step dwarfs the rest).
+#: where the step-time axis may put a tick, in seconds (a log axis labelled in plain numbers)
+SECOND_TICKS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 
-    Give it ``StepTimes.minimum``: each step's fastest of the repeated runs."""
-    fig = NotebookFigure(figsize=(7, 3.6), dpi=110, layout="constrained")
+
+def step_time_figure(times: StepTimes, *, title: str = "") -> NotebookFigure:
+    """Step time per step, one line per run: a colour per label, run 1 solid, run 2
+    dashed, each compiled run's first step labelled with its seconds.
+
+    Every run is drawn, not a minimum over runs: the minimum of a cold and a warm run
+    puts the warm run's first step where the cold compile was, and hides the compile
+    the figure is there to show. The axis is logarithmic (a compile of tens of seconds
+    and steady steps of a fraction of one share it), its ticks in plain seconds (0.5, 1,
+    5, 20) rather than powers of ten."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    fig = NotebookFigure(figsize=(7, 3.8), dpi=110, layout="constrained")
     ax = fig.add_subplot()
-    for label, values in times.items():
-        ax.plot(range(1, len(values) + 1), values, marker="o", label=label)
+    styles = ("-", "--", ":", "-.")
+    values = []
+    for color, (label, runs) in enumerate(times.runs.items()):
+        for r, run in enumerate(runs):
+            values += run
+            ax.plot(range(1, len(run) + 1), run, marker="o", markersize=4,
+                    linestyle=styles[r % len(styles)], color=f"C{color}",
+                    label=f"{label}, run {r + 1}")  # fmt: skip
+            if label == "compiled":
+                ax.annotate(f"run {r + 1}: {run[0]:.1f} s", (1, run[0]), xytext=(8, -4 - 10 * r),
+                            textcoords="offset points", fontsize=8, color=f"C{color}")  # fmt: skip
     ax.set_yscale("log")
+    low, high = min(values), max(values)
+    ticks = [t for t in SECOND_TICKS if low / 1.6 <= t <= high * 1.6] or [low, high]
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel("step")
-    ax.set_ylabel("step time (s, log scale)")
-    ax.set_title(title or "Eager vs torch.compile: step time")
-    ax.legend()
+    ax.set_ylabel("step time (seconds, log scale)")
+    ax.set_title(title or "Eager vs torch.compile: step time of each run")
+    ax.legend(fontsize=8)
     return fig
 
 

@@ -1,48 +1,62 @@
-"""The layout planner beside AWS's recipes (notebook 04's "let a planner choose").
+"""The layout planner beside AWS's recipes (notebook 05's "Which layout? The planner").
 
 AWS chose its trn2 layouts by hand: TP 4 x FSDP 16 with selective checkpointing for
-Qwen3-4B, FSDP 64 with full checkpointing for Qwen3-30B-A3B, and one replica per node
-(HSDP) across nodes; the ``4b`` and ``30b-a3b`` presets are those recipes. Here each is
-put through the planner's memory and cost models beside the layout the planner picks
-for the same model and nodes, with the reason for any difference.
+Qwen3-4B, FSDP 64 with full checkpointing for Qwen3-30B-A3B, each at local batch 1 with
+no gradient accumulation (a step's batch: one sequence per data-parallel rank, 16 for
+the 4B and 64 for the 30B-A3B); the ``4b`` and ``30b-a3b`` presets are those recipes.
+Across nodes AWS published none, and the presets' own rule is one replica of the
+one-node layout per node (HSDP). Here each recipe is put through the planner's memory
+and cost models beside the layout the planner picks for the same model, nodes and
+global batch (the recipe's own, so neither side accumulates gradients to match the
+other), with the reason for any difference.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-#: (preset, nodes) of the recipes AWS published layouts for
-ANCHORS = (("4b", 1), ("30b-a3b", 1), ("30b-a3b", 2))
+#: (preset, nodes) of the rows: AWS's two one-node recipes, the presets' HSDP rule on 2
+#: nodes, and both models on 16 nodes (where every layout the planner picks is HSDP)
+ANCHORS = (("4b", 1), ("30b-a3b", 1), ("30b-a3b", 2), ("4b", 16), ("30b-a3b", 16))
 
 
-def planner_anchors(anchors: tuple[tuple[str, int], ...] = ANCHORS) -> list[dict[str, Any]]:
-    """One row per anchor: the recipe's layout and the planner's, each with its estimates.
+class Anchors(list):
+    """The rows (a list of dicts, for a table), and behind each the two layouts it
+    compares: ``choices[i]`` is (the recipe's Candidate, the planner's or None), so a
+    notebook can assert what the prose says about them."""
 
-    The recipe is AWS's published layout on one node; across nodes AWS published none,
-    and the row shows the presets' own rule (one replica of the one-node layout per
-    node, HSDP), labelled as such rather than as AWS's."""
+    def __init__(self) -> None:
+        super().__init__()
+        self.choices: list[tuple[Any, Any]] = []
+
+
+def planner_anchors(anchors: tuple[tuple[str, int], ...] = ANCHORS) -> Anchors:
+    """One row per anchor: the recipe's layout and the planner's, each with its estimates,
+    both at the recipe's global batch (AWS's local batch 1 on every data-parallel rank,
+    once per node)."""
     from ..errors import ConfigError
     from ..model.presets import get_preset
+    from ..ops.planner.batch import recipe_batch_tokens
     from ..ops.planner.layout import why_slower
     from ..ops.planner.machines import get_machine
     from ..ops.planner.models import load_model
     from ..ops.planner.search import evaluate, plan_layouts
     from ..training.spec import RunSpec
 
-    rows = []
+    rows = Anchors()
     machine = get_machine("trn2")
     for preset, nodes in anchors:
+        model = load_model(preset)
+        batch_tokens = recipe_batch_tokens(model) * nodes
         try:
-            result = plan_layouts(preset, nodes, machine=machine)
+            result = plan_layouts(preset, nodes, machine=machine, global_batch_tokens=batch_tokens)
         except ConfigError as e:  # nothing fits the planner's headroom
             result, nothing = None, str(e)
-        # the recipe: the preset's own layout, and the preset rule across nodes (HSDP),
-        # at the plan's global batch (one sequence per rank: accumulation for TP)
-        tp = max(get_preset(preset).layout.tp, 1)
+        # the recipe: the preset's own layout at local batch 1, replicated per node
         recipe_spec = RunSpec(preset=preset, nproc=machine.ranks_per_node, nnodes=nodes,
-                              global_batch_size=nodes * machine.ranks_per_node if tp > 1
-                              else None, out=f"runs/{preset}-{nodes}n")  # fmt: skip
-        recipe = evaluate(recipe_spec, machine, microbatches=tp)
+                              out=f"runs/{preset}-{nodes}n")  # fmt: skip
+        recipe = evaluate(recipe_spec, machine)
+        assert recipe.global_batch * get_preset(preset).seq_len == batch_tokens
         memory = recipe.memory
         best = result.best if result else None
         if best is None:
@@ -62,8 +76,9 @@ def planner_anchors(anchors: tuple[tuple[str, int], ...] = ANCHORS) -> list[dict
             why = "the recipe " + why_slower(best, recipe)
         rows.append(
             {
-                "model": load_model(preset).name,
+                "model": model.name,
                 "nodes": nodes,
+                "global batch": recipe.global_batch,
                 "recipe": "AWS's" if nodes == 1 else "preset rule: AWS's 1-node layout, HSDP",
                 "recipe's layout": recipe.label(),
                 "recipe GiB/rank": round(memory.total_gib, 1),
@@ -74,4 +89,5 @@ def planner_anchors(anchors: tuple[tuple[str, int], ...] = ANCHORS) -> list[dict
                 "why they differ": why,
             }
         )
+        rows.choices.append((recipe, best))
     return rows

@@ -49,9 +49,12 @@ def fixed_batch(tokenizer_dir: Path, seq_len: int = 64, batch: int = 2) -> torch
 def transformers_logits(init_dir: Path, tokens: torch.Tensor) -> torch.Tensor:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(
-        init_dir, dtype=torch.float32, attn_implementation="sdpa"
-    ).eval()
+    from ..model.hf_checkpoint import no_progress_bars
+
+    with no_progress_bars():  # its "Loading weights 0/46" bar
+        model = AutoModelForCausalLM.from_pretrained(
+            init_dir, dtype=torch.float32, attn_implementation="sdpa"
+        ).eval()
     with torch.no_grad():
         return model(tokens).logits
 

@@ -12,10 +12,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import AssetError, ConfigError
+from ..files import check_regular
 from .shapes import Qwen3Shape, native_model_config
 
 
@@ -31,24 +34,32 @@ def cached_hf_config(shape: Qwen3Shape) -> Path:
     )
 
 
+@contextmanager
+def no_progress_bars() -> Iterator[None]:
+    """transformers' tqdm bars off while inside ("Loading weights 0/46", "Writing model
+    shards"), then as they were: in a notebook such a bar is noise on stderr, and on a
+    static page its first frame stays frozen."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
 def make_random_hf_checkpoint(shape: Qwen3Shape, folder: str | Path, seed: int = 0) -> Path:
     """A randomly initialised Qwen3 saved by transformers itself (for tests and parity)."""
     import torch
     from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(shape.hf_config()).eval()
     folder = Path(folder)
-    # save_pretrained draws a tqdm bar ("Writing model shards") for a one-file checkpoint:
-    # noise in a notebook or a log, so it is switched off while we save and then restored
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
+    with no_progress_bars():  # save_pretrained draws one for a one-file checkpoint
         model.save_pretrained(folder)
-    finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()
     return folder
 
 
@@ -113,6 +124,9 @@ def check_hf_checkpoint(folder: str | Path) -> Qwen3Shape:
             f"checkpoint folder {folder} does not exist; pass a Hugging Face Qwen3 folder "
             "(config.json + *.safetensors)"
         )
+    for entry in folder.iterdir():  # what transformers and safetensors open: no pipe, ...
+        if entry.suffix in (".json", ".safetensors", ".jinja"):
+            check_regular(entry, limit=None, fix="copy the checkpoint folder again")
     try:
         shape = Qwen3Shape.from_hf_config(folder)
     except ConfigError as e:

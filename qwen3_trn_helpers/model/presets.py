@@ -162,7 +162,7 @@ PRESETS: dict[str, Preset] = {
         ),
         # The rest of the published family (model/family.py), each with a starting layout
         # for one trn2.48xlarge that the memory model fits (a test checks it); `qwen3-trn
-        # plan --model NAME --nodes N` chooses a faster one, or one for several nodes
+        # plan --model NAME --nnodes N` chooses a faster one, or one for several nodes
         # (235b-a22b needs at least 4: FSDP across nodes, --dp-replicate 1).
         *(
             Preset(

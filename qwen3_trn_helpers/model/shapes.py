@@ -14,6 +14,7 @@ transformers): the command line needs the shape names before it imports anything
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -67,25 +68,26 @@ class Qwen3Shape:
     @classmethod
     def from_hf_config(cls, path: str | Path) -> Qwen3Shape:
         """Read a Hugging Face Qwen3 ``config.json`` (a file or the folder holding it)."""
+        from huggingface_hub.errors import StrictDataclassError
         from transformers import AutoConfig
+
+        from .config_check import read_config_json
 
         path = Path(path).expanduser()
         folder = path.parent if path.name == "config.json" else path
-        if not (folder / "config.json").is_file():
+        if not os.path.lexists(folder / "config.json"):
             raise ConfigError(
                 f"{folder / 'config.json'} not found; a checkpoint folder holds config.json "
                 "and *.safetensors (a Hugging Face model folder)"
             )
-        try:
+        fix = "copy config.json again from the model's folder (a Hugging Face Qwen3 folder)"
+        read_config_json(folder / "config.json", ("qwen3", "qwen3_moe"), training=True, fix=fix)
+        try:  # (checked above, so what transformers refuses here is a field we never read)
             cfg = AutoConfig.from_pretrained(folder, local_files_only=True)
-        except (ValueError, OSError) as e:
-            msg = f"{folder / 'config.json'} is not a readable model config ({e})"
+        except (ValueError, TypeError, OSError, StrictDataclassError) as e:
+            said = " ".join(str(e).split())
+            msg = f"{folder / 'config.json'} is not a readable model config ({said})"
             raise ConfigError(msg) from None
-        if cfg.model_type not in ("qwen3", "qwen3_moe"):
-            raise ConfigError(
-                f"{folder / 'config.json'} describes a {cfg.model_type!r} model, not Qwen3 "
-                "(qwen3 or qwen3_moe)"
-            )
         moe = cfg.model_type == "qwen3_moe"
         return cls(
             dim=cfg.hidden_size,

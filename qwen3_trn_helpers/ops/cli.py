@@ -12,6 +12,7 @@ from typing import Any
 
 from ..assets import hub_offline
 from ..runs.arguments import EXIT_FAILED, _number, _Parser, add_spec_arguments, spec_from_args
+from .planner.request import add_plan_parser  # noqa: F401 (cli.py's; beside its values)
 
 
 def add_dry_run_parser(sub: Any, debug: argparse.ArgumentParser) -> None:
@@ -57,8 +58,8 @@ def add_fabric_floor(parser: argparse.ArgumentParser) -> None:
     """The fabric check's floor (smoke's collectives rung across nodes; a Slurm job's)."""
     parser.add_argument("--fabric-floor", type=lambda t: _number(float, 0, t), default=None,
                         metavar="GB_S", help="the fabric check's floor: GB/s of all-reduce "
-                        "bus bandwidth per node (default: 25%% of trn2's 3.2 Tbps EFA on "
-                        "trn2, none on a CPU)")  # fmt: skip
+                        "bus bandwidth per node (default on trn2: 25%% of the node's own "
+                        "EFA, from its instance type; none on a CPU)")  # fmt: skip
 
 
 def add_slurm_parser(sub: Any, debug: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -116,11 +117,19 @@ def add_k8s_parser(sub: Any, debug: argparse.ArgumentParser) -> argparse.Argumen
         help="(--api pytorchjob) SageMaker HyperPod's job auto-resume: ml.trn2.48xlarge, "
         "its health selector and annotations, namespace kubeflow or hyperpod-*",
     )
+    k8s.add_argument("--pvc", default="fsx-claim", metavar="NAME",
+                     help="the PersistentVolumeClaim the pods mount at /fsx, in the job's "
+                     "namespace (default: fsx-claim, AWS's samples' name)")  # fmt: skip
+    k8s.add_argument("--queue", default=None, metavar="NAME",
+                     help="a Kueue LocalQueue that admits the job (the label "
+                     "kueue.x-k8s.io/queue-name; then no Volcano gang scheduler)")  # fmt: skip
     return k8s
 
 
 def add_job_flags(*jobs: argparse.ArgumentParser) -> None:
     """What every job file's command takes (slurm, k8s)."""
+    from .jobs.saves import add_save_flags
+
     for job in jobs:
         python_default = (
             "this Python" if job.prog.endswith("slurm") else "python on the image's PATH"
@@ -132,6 +141,7 @@ def add_job_flags(*jobs: argparse.ArgumentParser) -> None:
                          help=f"the cluster's Python (default: {python_default})")  # fmt: skip
         # a job file states its length: no silent default of a few steps on a cluster
         job.set_defaults(steps=None)
+        add_save_flags(job)  # its saves sized to it (ops/jobs/saves.py)
         job.add_argument(
             "--allow-hub-corpus",
             action="store_true",
@@ -217,73 +227,18 @@ def add_data_parser(
     prepare.add_argument("--shard-tokens", type=positive, default=SHARD_TOKENS, metavar="N",
                          help=f"tokens per shard file (default {SHARD_TOKENS:,}: ~1 GiB)",
                          )  # fmt: skip
-
-
-def add_plan_parser(sub: Any, debug: argparse.ArgumentParser) -> None:
-    """``qwen3-trn plan``: the layout planner's flags (planner/)."""
-    positive = lambda t: _number(int, 1, t)  # noqa: E731
-    plan = sub.add_parser(
-        "plan",
-        parents=[debug],
-        help="which layout for a Qwen3 on N trn2 nodes: every one that fits in memory, "
-        "ranked by an estimated step time, and the command that trains the best",
-    )
-    plan.add_argument("--model", required=True,
-                      help="Qwen3-0.6B, -1.7B, -4B, -8B, -14B, -32B, -30B-A3B, -235B-A22B, "
-                      "a preset name, or a Hugging Face config.json (Qwen3, Qwen3-MoE, "
-                      "Llama, Mixtral)")  # fmt: skip
-    plan.add_argument("--nodes", type=positive, default=1,
-                      help="nodes (instances) of --machine")  # fmt: skip
-    from .planner.machines import MACHINES
-
-    plan.add_argument("--machine", choices=tuple(MACHINES), default=None,
-                      help="what to plan for (default: trn2, or cpu with --device cpu): "
-                      + "; ".join(f"{k}: {v}" for k, v in MACHINES.items()))  # fmt: skip
-    plan.add_argument(
-        "--layout",
-        default=None,
-        help="evaluate this one layout instead of searching: fsdp=N,tp=N,"
-        "dp_replicate=N,cp=1,pp=1,ep=1,ac=none|selective|full,local_batch=N",
-    )
-    plan.add_argument(
-        "--compile",
-        action="store_true",
-        help="estimate a torch.compile'd run (its own fitted efficiency)",
-    )
-    plan.add_argument("--global-batch-tokens", type=positive, default=None,
-                      help="tokens per optimizer step, held fixed (gradient accumulation "
-                      "makes it up; default: one sequence per rank)")  # fmt: skip
-    plan.add_argument("--seq-len", type=positive, default=None,
-                      help="tokens per sequence (default: the preset's)")  # fmt: skip
-    plan.add_argument("--local-batch-size", type=positive, default=None,
-                      help="fix the local batch (default: try 1, 2, 4, 8)")  # fmt: skip
-    plan.add_argument("--device", choices=("neuron", "cpu"), default="neuron",
-                      help="plan for trn2 nodes (default) or for this CPU's ranks "
-                      "(the mechanism, where there is no Trainium)")  # fmt: skip
-    plan.add_argument("--nproc", type=positive, default=None, help="--device cpu: ranks")
-    plan.add_argument("--top", type=positive, default=5, help="rows shown (default 5)")
-    plan.add_argument("--json", action="store_true", help="one JSON object instead of tables")
-    plan.add_argument("--verify", action="store_true",
-                      help="dry-run the best layout at full width with torchtitan's fake "
-                      "backend and compare its sharded state with the estimate")  # fmt: skip
-    plan.add_argument("--verify-layers", type=positive, default=1,
-                      help="blocks the --verify dry run builds (default 1)")  # fmt: skip
-    plan.add_argument("--measure", action="store_true",
-                      help="train the top candidates a few steps on this machine's device "
-                      "and rank them by measured tokens/s")  # fmt: skip
-    plan.add_argument("--measure-top", type=positive, default=2,
-                      help="candidates --measure trains (default 2)")  # fmt: skip
-    plan.add_argument("--steps", type=positive, default=3,
-                      help="steps per measured candidate (default 3; the first warms up)",
-                      )  # fmt: skip
+    prepare.add_argument("--num-proc", type=positive, default=None, metavar="N",
+                         help="processes that tokenize in parallel (default: every core this "
+                         "process may use)")  # fmt: skip
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from .planner.report import plan_command
+    from .planner.request import PlanRequest
 
     on_hub = plan_needs_hub(args.measure, args.device, args.machine)
     args.scope.enter_context(hub_offline(not on_hub))
-    text, ok = plan_command(args)
+    text, ok = plan_command(PlanRequest.from_args(args))
     print(text)
     return 0 if ok else EXIT_FAILED
 
@@ -307,12 +262,15 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
 def _job(args: argparse.Namespace, *, pod_paths: bool = False):
     """The job a job file runs, planned for its nodes (runs/jobs.py)."""
     from .jobs.plan import plan_job, refuse_no_steps
+    from .jobs.saves import SaveRequest
 
     refuse_no_steps(args.steps, args.command)  # (before a spec, which needs a count)
+    saves = SaveRequest.from_args(args)  # what was given; the rest is sized to the job
     spec = spec_from_args(args) if not pod_paths else _spec_as_given(args)
     return plan_job(
-        spec, command=args.command, allow_hub_corpus=args.allow_hub_corpus, pod_paths=pod_paths
-    )
+        spec, command=args.command, allow_hub_corpus=args.allow_hub_corpus,
+        pod_paths=pod_paths, saves=saves,
+    )  # fmt: skip
 
 
 def _spec_as_given(args: argparse.Namespace):
@@ -339,14 +297,18 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
 def _cmd_k8s(args: argparse.Namespace) -> int:
     import yaml
 
+    from .jobs.k8s_storage_queue import pvc_note
+    from .jobs.kubernetes import SHARED_DIR_K8S
     from .jobs.plan import k8s_job
 
     docs = k8s_job(
         _job(args, pod_paths=True), api=args.api, image=args.image, name=args.name,
         efa=args.efa, namespace=args.namespace, python=args.python, workdir=args.workdir,
-        hyperpod=args.hyperpod,
+        hyperpod=args.hyperpod, pvc=args.pvc, queue=args.queue,
     )  # fmt: skip
     print(yaml.safe_dump_all(docs, sort_keys=False), end="")
+    namespace = docs[-1]["metadata"].get("namespace")  # (HyperPod's: kubeflow by default)
+    print(pvc_note(args.pvc, namespace, SHARED_DIR_K8S), file=sys.stderr)
     return 0
 
 
@@ -354,7 +316,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
     import shlex
 
     from ..data.corpus import is_local
-    from .data_prepare import prepare
+    from .data_prepare import prepare, usable_cores
 
     # a hub corpus (c4) needs the network here, and only here: the nodes read the folder
     args.scope.enter_context(hub_offline(is_local(args.corpus)))
@@ -365,6 +327,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
         max_documents=args.max_documents,
         max_tokens=args.max_tokens,
         shard_tokens=args.shard_tokens,
+        num_proc=args.num_proc or usable_cores(),
         progress=not args.no_progress,
     )
     out = os.path.abspath(os.path.expanduser(args.out))

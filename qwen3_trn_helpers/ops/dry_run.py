@@ -28,7 +28,7 @@ from ..model.presets import PRESETS
 from ..training.memory import GIB, MemoryEstimate
 from ..training.plan import Plan, on_trn2, plan_run
 from ..training.spec import RunSpec
-from ..trn2 import PLANNING_HEADROOM
+from ..trn2 import RUN_HBM_SHARE
 
 #: tokens per sequence of the simulated step (activations are estimated at the preset's)
 DRY_RUN_SEQ_LEN = 128
@@ -106,7 +106,7 @@ class DryRunReport:
     @property
     def usable_gib(self) -> float:
         """What a plan may use: 90% of the core's HBM (training/memory.py)."""
-        return self.hbm_gib * PLANNING_HEADROOM
+        return self.hbm_gib * RUN_HBM_SHARE
 
     @property
     def fits(self) -> bool:
@@ -228,8 +228,11 @@ def dry_run(
     trn2 (or with ``isolate=True``) the dry run happens in a child process, so a
     notebook kernel never builds a trainer itself.
     """
+    from ..model.config_check import within
     from ..runs import child
 
+    if layers is not None:  # (1,000,000 layers had built for minutes without a word)
+        within("num_hidden_layers", layers, "--layers")
     if child.isolated(isolate):
         return child.call(dry_run, spec, layers=layers, step_seq_len=step_seq_len, isolate=False)
     from ..training.patches import fsdp_table_parameters

@@ -19,18 +19,30 @@ slow node slows both its pairs and only those: with three nodes or more it alone
 falls below the floor; with two, both do (there is no third to tell them apart), and
 the job fails either way. Pairs run in rounds that share no node.
 
-The floor (:func:`default_floor_gb_s`): on trn2, :data:`FLOOR_FRACTION` of a
-trn2.48xlarge's 3.2 Tbps of EFAv3 (trn2.EFA_GBIT_S_PER_NODE, AWS's Trn2 page). A
-starting point, not a measured figure (nothing here ran on Trainium): it fails a node
-whose collectives run over TCP (an ENA interface, a few percent of that) or with most of
-its EFA interfaces down, and leaves room for what Neuron's collectives reach at
-:data:`NEURON_BYTES`; set it with ``--fabric-floor`` once a healthy pair is
-measured. On a CPU there is no floor unless one is given (gloo over loopback measures
-the host, not a fabric).
+The floor, from the node's own instance (ops/efa.py): its type, read from its DMI
+product name, gives its EFA devices and their bandwidth in all (a trn2.48xlarge: 16 and
+3.2 Tbps; a trn1.32xlarge: 8 and 800 Gbps). Two checks follow from those figures:
+
+- every EFA device the type has is up (the efa driver's RDMA devices, port ACTIVE): a
+  node with half its EFA down fails here, by name. Bandwidth alone cannot fail it
+  without failing healthy nodes: half the devices cap a node at half its line rate,
+  and a healthy pair measures below that already (Neuron's nccom-test guide, its
+  two-instance all-reduce on trn1: 41 GB/s of the 100 at 256 MiB, 47 at 1 GiB), so
+  any bandwidth floor between the two would be a guess;
+- the bus bandwidth is at least :data:`FLOOR_FRACTION` of the instance's own line
+  rate (:func:`default_floor_gb_s`; trn2's 3.2 Tbps where the type is unknown): what
+  fails a node whose collectives run over TCP (an ENA interface, a few percent of
+  that) or whose links are degraded. A starting point, not a measured figure (nothing
+  here ran on Trainium); ``--fabric-floor`` sets it once a healthy pair is measured.
+
+On a CPU there is no floor unless one is given (gloo over loopback measures the host,
+not a fabric), and no EFA to count.
 
 Where ``nccom-test`` (Neuron's collectives benchmark) is installed, the Slurm script
-runs it instead, on the same pairs (:func:`nccom_main`): it reaches the other nodes
-over ssh, as AWS's examples run it.
+runs it instead (:func:`nccom_main`), through srun on the job's own allocation (its
+``--slurm-mode``; MPI mode would need ssh to every node), over every node at once, after
+each node has counted its EFA devices; below the floor, the per-node check above then
+names the node.
 """
 
 from __future__ import annotations
@@ -46,8 +58,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..trn2 import EFA_GBIT_S_PER_NODE
+from .efa import NodeEfa, node_efa
 
-#: the floor's share of a trn2.48xlarge's EFA bandwidth (see the module's docstring)
+#: the floor's share of the instance's EFA bandwidth (see the module's docstring)
 FLOOR_FRACTION = 0.25
 #: bytes all-reduced per measurement: on trn2 past the latency-bound sizes (nccl-tests'
 #: and nccom-test's bandwidth rows start in the tens of MiB); on a CPU small enough for
@@ -61,19 +74,26 @@ FLOOR_ENV = "QWEN3_TRN_FABRIC_FLOOR_GBS"
 BYTES_ENV = "QWEN3_TRN_FABRIC_BYTES"
 
 
-def default_floor_gb_s(device_type: str) -> float | None:
-    """The floor in GB/s of bus bandwidth: a share of trn2's EFA on Neuron, none elsewhere."""
+def default_floor_gb_s(device_type: str, efa: NodeEfa | None = None) -> float | None:
+    """The floor in GB/s of bus bandwidth: a share of the instance's own EFA bandwidth
+    (``efa``; trn2's where its type is unknown) on Neuron, none elsewhere."""
     if device_type != "neuron":
         return None
-    return FLOOR_FRACTION * EFA_GBIT_S_PER_NODE / 8
+    gbit_s = efa.gbit_s if efa is not None else EFA_GBIT_S_PER_NODE
+    return FLOOR_FRACTION * gbit_s / 8
 
 
-def floor_source(floor: float | None, device_type: str) -> str:
+def floor_source(floor: float | None, device_type: str, efa: NodeEfa | None = None) -> str:
     """Where the floor comes from, for the lines each node prints."""
     if floor is None:
         return "no floor on a CPU (pass --fabric-floor to set one)"
-    default = default_floor_gb_s(device_type)
+    default = default_floor_gb_s(device_type, efa)
     if default is not None and abs(floor - default) < 1e-9:
+        if efa is not None:
+            return (
+                f"floor {floor:g} GB/s: {FLOOR_FRACTION:.0%} of this {efa.instance}'s "
+                f"{efa.gbit_s / 1000:g} Tbps EFA"
+            )
         return (
             f"floor {floor:g} GB/s: {FLOOR_FRACTION:.0%} of a trn2.48xlarge's "
             f"{EFA_GBIT_S_PER_NODE / 1000:g} Tbps EFA"
@@ -194,8 +214,9 @@ def check_here(device, nproc: int) -> tuple[bool, str]:
     """This rank's node: (passed, the line its node prints). Reads the floor and the
     size from the environment the job file set (:data:`FLOOR_ENV`, :data:`BYTES_ENV`)."""
     kind = device.type
+    efa = node_efa() if kind == "neuron" else None  # (this instance's own figures)
     floor_text = os.environ.get(FLOOR_ENV, "")
-    floor = float(floor_text) if floor_text else default_floor_gb_s(kind)
+    floor = float(floor_text) if floor_text else default_floor_gb_s(kind, efa)
     default_bytes = NEURON_BYTES if kind == "neuron" else CPU_BYTES
     nbytes = int(os.environ.get(BYTES_ENV) or default_bytes)
     import torch.distributed as dist
@@ -207,10 +228,14 @@ def check_here(device, nproc: int) -> tuple[bool, str]:
     said = (
         f"bus bandwidth {mine.gb_s:.2f} GB/s (its best node pair, {2 * nproc} ranks, "
         f"all-reduce of {size}; all {nodes * nproc} ranks at once: {job:.2f} GB/s; "
-        f"{floor_source(floor, kind)})"
+        f"{floor_source(floor, kind, efa)})"
     )
     if not mine.passed:
         said = f"bus bandwidth {mine.gb_s:.2f} GB/s is below the floor: {said}"
+    if efa is not None:
+        said = f"{efa.words()}; {said}"
+        if not efa.complete:  # (the bandwidth cannot tell: the module's docstring)
+            return False, f"EFA down: {said}"
     return mine.passed, said
 
 
@@ -219,11 +244,13 @@ def check_here(device, nproc: int) -> tuple[bool, str]:
 _NCCOM_AVG = re.compile(r"Avg bus bandwidth:\s*([0-9.]+)\s*GB/s")
 
 
-def nccom_command(hosts: tuple[str, str], nproc: int, nbytes: int) -> list[str]:
-    """nccom-test's all-reduce between two nodes (its multi-instance form: ``-N`` nodes,
-    ``-r`` ranks in all, ``--hosts``; Neuron's nccom-test guide)."""
-    return ["nccom-test", "-N", "2", "-r", str(2 * nproc), "-b", str(nbytes), "-e", str(nbytes),
-            "-d", "fp32", "allr", "--hosts", *hosts]  # fmt: skip
+def nccom_command(nnodes: int, nproc: int, nbytes: int, job_id: str) -> list[str]:
+    """nccom-test's all-reduce over every node of the job, started through srun on the
+    job's own allocation (Neuron's nccom-test guide, "Slurm Execution": ``--slurm-mode``
+    and ``--slurm-job-id``; ``-N`` nodes, ``-r`` ranks in all)."""
+    return ["nccom-test", "-N", str(nnodes), "-r", str(nnodes * nproc), "-b", str(nbytes),
+            "-e", str(nbytes), "-d", "fp32", "allr", "--slurm-mode", "--slurm-job-id",
+            job_id]  # fmt: skip
 
 
 def parse_nccom(text: str) -> float:
@@ -236,39 +263,53 @@ def parse_nccom(text: str) -> float:
 
 
 def nccom_main(argv: Sequence[str], run=subprocess.run) -> int:
-    """``python -m qwen3_trn_helpers.ops.fabric nccom ...``: nccom-test on every pair of
-    the nodes, each node's figure printed, exit 1 when one is below the floor."""
+    """``python -m qwen3_trn_helpers.ops.fabric nccom ...``: nccom-test over the job's
+    nodes (through srun), its figure against the floor; exit 1 below it (the script
+    then runs the per-node check, which names the node)."""
     parser = argparse.ArgumentParser(prog="qwen3_trn_helpers.ops.fabric nccom")
     parser.add_argument("--nproc", type=int, required=True)
+    parser.add_argument("--nnodes", type=int, required=True)
     parser.add_argument("--bytes", type=int, default=NEURON_BYTES)
     parser.add_argument("--floor", type=float, default=None)
-    parser.add_argument("--port", type=int, required=True, help="the root communicator's")
-    parser.add_argument("hosts", nargs="+")
+    parser.add_argument("--job-id", required=True, help="the Slurm job whose nodes to use")
     args = parser.parse_args(argv)
-    floor = default_floor_gb_s("neuron") if args.floor is None else args.floor
-    nodes = len(args.hosts)
-    figures = {}
-    for batch in rounds(node_pairs(nodes)):
-        for a, b in batch:  # one at a time: nccom-test runs from this node
-            hosts = (args.hosts[a], args.hosts[b])
-            env = {**os.environ, "NEURON_RT_ROOT_COMM_ID": f"{hosts[0]}:{args.port}"}
-            cmd = nccom_command(hosts, args.nproc, args.bytes)
-            done = run(cmd, env=env, capture_output=True, text=True)
-            try:
-                figures[(a, b)] = parse_nccom(done.stdout)
-            except ValueError as e:
-                print(f"error: {shlex.join(cmd)} (exit {done.returncode}): {e}", file=sys.stderr)
-                figures[(a, b)] = 0.0
-    ok = True
-    for v in verdicts(figures, nodes, floor):
-        word = "ok" if v.passed else "fail"
-        print(f"{word}: node {v.node} of {nodes} ({args.hosts[v.node]}): nccom-test bus "
-              f"bandwidth {v.gb_s:.2f} GB/s ({floor_source(floor, 'neuron')})")  # fmt: skip
-        ok &= v.passed
+    efa = node_efa()  # (this node's type: the job's nodes are one type)
+    floor = default_floor_gb_s("neuron", efa) if args.floor is None else args.floor
+    cmd = nccom_command(args.nnodes, args.nproc, args.bytes, args.job_id)
+    done = run(cmd, capture_output=True, text=True)
+    try:
+        figure = parse_nccom(done.stdout)
+    except ValueError as e:
+        print(f"error: {shlex.join(cmd)} (exit {done.returncode}): {e}", file=sys.stderr)
+        figure = 0.0
+    ok = figure >= floor
+    print(f"{'ok' if ok else 'fail'}: all {args.nnodes} nodes ({args.nnodes * args.nproc} "
+          f"ranks): nccom-test bus bandwidth {figure:.2f} GB/s, all-reduce of "
+          f"{args.bytes / 2**20:g} MiB ({floor_source(floor, 'neuron', efa)})")  # fmt: skip
     return 0 if ok else 1
 
 
+def efa_main() -> int:
+    """``python -m qwen3_trn_helpers.ops.fabric efa``: this node's EFA devices against its
+    instance type's; exit 1 when fewer are up (an unknown type: said, and passed)."""
+    import socket
+
+    efa = node_efa()
+    where = f"node {socket.gethostname()}"
+    if efa is None:
+        print(f"ok: {where}: instance type not known here; its EFA devices not counted")
+        return 0
+    print(f"{'ok' if efa.complete else 'fail'}: {where}: {efa.words()} (sysfs)")
+    return 0 if efa.complete else 1
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] != ["nccom"]:
-        sys.exit("usage: python -m qwen3_trn_helpers.ops.fabric nccom --nproc N --port P HOST...")
+    verb = sys.argv[1:2]
+    if verb == ["efa"]:
+        sys.exit(efa_main())
+    if verb != ["nccom"]:
+        sys.exit(
+            "usage: python -m qwen3_trn_helpers.ops.fabric nccom --nproc N --nnodes N "
+            "--job-id ID | efa"
+        )
     sys.exit(nccom_main(sys.argv[2:]))

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..checksums import sha256_of
+from ..files import make_folder
 from .wheelhouse_manifest import (
     FORMAT,
     MANIFEST,
@@ -60,6 +61,9 @@ from .wheelhouse_manifest import (
 #: PyPI's Linux torch brings CUDA libraries; PyTorch's own index has a CPU-only build
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 DEFAULT_EXTRAS = ("cpu", "notebooks")
+#: the checkout this module runs from (qwen3_trn_helpers/ops/wheelhouse.py: two folders
+#: up), whose pyproject.toml the package's own wheel is built from
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def _manylinux(arch: str, glibc_floor: int = 28) -> tuple[str, ...]:
@@ -216,7 +220,7 @@ def build(
 ) -> dict:
     """Fill ``out`` with wheels, assets and a manifest for ``target`` (None: this
     machine) and ``python_version`` (None: this Python). Returns the manifest."""
-    root = Path(__file__).resolve().parents[1]
+    root = CHECKOUT
     py = python_version or _host_python()
     if not re.fullmatch(r"3\.\d+", py):
         raise WheelhouseError(f"--python-version must look like 3.11, got {py!r}")
@@ -232,7 +236,7 @@ def build(
             f"{root} is not a qwen3-trn checkout; run `qwen3-trn wheelhouse` from an "
             "editable install (scripts/setup.sh)"
         )
-    out = out.expanduser().absolute()
+    out = make_folder(out, "wheelhouse DIR")  # (a file, a device, a name too long: files.py)
     wheels = out / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     skip_set = {canonical(s) for s in skip}

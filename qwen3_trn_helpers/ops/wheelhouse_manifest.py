@@ -7,7 +7,7 @@ the top. Building one is wheelhouse.py's."""
 
 from __future__ import annotations
 
-import json
+import os
 import platform
 import shutil
 import sys
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..checksums import sha256_of
 from ..errors import AssetError
+from ..files import MiB, UnreadableFile, read_json
 
 MANIFEST = "manifest.json"
 
@@ -29,21 +30,15 @@ class WheelhouseError(AssetError):
 
 def read_manifest(house: Path) -> dict:
     path = house / MANIFEST
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise WheelhouseError(
             f"{house} has no {MANIFEST}: it is not a wheelhouse (make one on a machine with "
             f"network: qwen3-trn wheelhouse {house})"
         )
-    try:
-        manifest = json.loads(path.read_bytes().decode("utf-8"))
-    except ValueError as e:
-        raise WheelhouseError(
-            f"{path} is not valid JSON ({e}); copy the wheelhouse again"
-        ) from None
-    except OSError as e:
-        raise WheelhouseError(
-            f"{path} cannot be read ({e.strerror or e}); copy the wheelhouse again"
-        ) from None
+    try:  # (a pipe, a device, bytes, JSON nested too deep: files.py names each)
+        manifest = read_json(path, limit=64 * MiB, fix="copy the wheelhouse again", want=None)
+    except UnreadableFile as e:
+        raise WheelhouseError(str(e)) from None
     if not isinstance(manifest, dict):
         raise WheelhouseError(
             f"{path} holds a JSON {type(manifest).__name__}, not a manifest object; "

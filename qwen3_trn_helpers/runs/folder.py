@@ -5,12 +5,11 @@ same folder: ``run.json`` (the spec, the resolved plan, how the run ended),
 ``metrics.jsonl`` (a line per step), checkpoints, and a log per launching node. This
 module decides the folder's name, holds it for the run's life, clears a previous run on
 ``--overwrite``, checks a ``--resume`` against what was saved, and reports each step as
-it lands.
+it lands; runs/manifest.py writes run.json.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -18,24 +17,24 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, RunFolderError
+from ..files import UnreadableFile, check_output_folder, read_json, read_text
 from ..training.metrics_file import (
+    RECORD_LIMIT,
     keep_steps_before,
     note_metrics_gap,
     read_metrics,
-    strict_json,
-    write_atomically,
 )
 from ..training.plan import Plan
 from ..training.spec import RESUME_AUTO, RunSpec
 
 #: what a run writes into its folder (a new run with --overwrite removes them all)
 RUN_FILES = ("metrics.jsonl", "run.json", "loss.png", "launch.log")
-RUN_FOLDERS = ("checkpoint", "tb")
+RUN_FOLDERS = ("checkpoint", "tb", "ranks")
 
 
 @dataclass
@@ -64,7 +63,7 @@ class RunResult:
     def from_folder(cls, out: str | Path) -> RunResult:
         """A finished run read back from its folder (run.json and metrics.jsonl)."""
         out = Path(out)
-        info = json.loads((out / "run.json").read_text())
+        info = read_json(out / "run.json", limit=RECORD_LIMIT, fix="it is no finished run")
         metrics = read_metrics(out / "metrics.jsonl") if (out / "metrics.jsonl").exists() else []
         return cls(
             out=out,
@@ -219,8 +218,7 @@ def new_out_dir(out: str | Path | None) -> Path:
             n += 1
             out = Path(f"{base}-{n}")
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise RunFolderError(f"--out {out} is a file; name a folder for the run's files")
+    check_output_folder(out, "--out")  # (a file, a device, a name too long: files.py)
     return out
 
 
@@ -246,8 +244,8 @@ def own_run_folder(out: Path) -> Iterator[None]:
         lock.acquire()
     except Timeout:
         try:
-            owner = (out / OWNER_FILE).read_text().strip()
-        except OSError:
+            owner = read_text(out / OWNER_FILE, limit=4096, fix="").strip()
+        except ValueError:
             owner = "another process"
         raise RunFolderError(
             f"{out} is being written by a run still in progress ({owner}); wait for it to "
@@ -337,14 +335,10 @@ def read_run_record(out: Path) -> tuple[dict[str, Any] | None, str]:
     """(run.json's content, "") when it records a run's settings, else (None, what is
     wrong with it): missing, unreadable, not JSON, or JSON of another shape."""
     path = out / "run.json"
-    try:
-        saved = json.loads(path.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        return None, f"{path} is missing"
-    except OSError as e:
-        return None, f"{path} cannot be read ({e.strerror or e})"
-    except ValueError:  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
-        return None, f"{path} is not valid JSON (cut short or overwritten)"
+    try:  # (a pipe, a device, a folder, bytes, JSON too deep: files.py names each)
+        saved = read_json(path, limit=RECORD_LIMIT, fix="", want=None)
+    except UnreadableFile as e:
+        return None, f"{path} is missing" if e.missing else f"{path} {e.problem}"
     if not (
         isinstance(saved, dict)
         and isinstance(saved.get("resolved"), dict)
@@ -419,30 +413,3 @@ def check_resume(out: Path, step: int, plan: Plan, share: tuple[int, int] | None
         )
     if speaks:
         note_metrics_gap(out / "metrics.jsonl", step)
-
-
-def write_manifest(
-    out: Path,
-    status: str,
-    plan: Plan,
-    *,
-    launched: bool,
-    init_dir: Path | None = None,
-    **extra: Any,
-) -> None:
-    """``run.json``: the spec as the job ran it, the resolved plan and how the run stands
-    (rank 0 writes it). ``init_dir``: the folder the first weights came from."""
-    info = {
-        "status": status,
-        # the ranks a launch leaves to torchrun are the job's, as torchrun counted them
-        "spec": {**asdict(plan.spec), "nproc": plan.nproc, "nnodes": plan.nnodes},
-        "resolved": plan.summary(),
-        "shape": asdict(plan.shape),
-        "init_dir": str(init_dir) if init_dir else None,
-        "layout_reason": plan.layout_reason,
-        # the torchrun agent that started this rank: its node writes loss.png
-        "agent": [socket.gethostname(), os.getppid()] if launched else None,
-        **extra,
-    }
-    # beside it, then renamed: a full disk leaves the last run.json whole, never cut
-    write_atomically(out / "run.json", strict_json(info, indent=2))

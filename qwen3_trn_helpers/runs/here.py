@@ -19,7 +19,8 @@ from ..errors import RunFolderError, Terminated, stop_signal
 from ..training.metrics_file import read_metrics
 from ..training.plan import Plan
 from ..training.ranks import launched_by_torchrun, rank
-from .folder import Claim, RunResult, claim, write_manifest
+from .folder import Claim, RunResult, claim
+from .manifest import write_manifest
 from .reporter import Reporter
 
 

@@ -89,7 +89,9 @@ def _stop(launcher_pid: int, torchrun_pid: int) -> None:
         flush=True,
     )
     # one rank tells torchrun (twice would interrupt its own shutdown); each stops itself
-    first = os.environ.get("LOCAL_RANK", "0") == "0"
+    from ..training.ranks import rank_place
+
+    first = rank_place().local_rank == 0
     if first and os.getppid() == torchrun_pid and torchrun_pid > 1:
         try:
             os.kill(torchrun_pid, signal.SIGTERM)

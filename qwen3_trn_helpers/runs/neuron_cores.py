@@ -14,8 +14,8 @@ import sys
 
 from ..errors import ConfigError
 
-# a student's share of a trn2 is read in planning (training/class_share.py); its names
-# stay importable from here, where the launch reads them
+# a student's share of a trn2 is read in planning (training/class_share.py), and the
+# launch takes the cores the plan holds; its names stay importable from here
 from ..training.class_share import CLASS_SLICE_ENV as CLASS_SLICE_ENV
 from ..training.class_share import with_class_slice as with_class_slice
 from ..training.spec import RunSpec
@@ -53,10 +53,11 @@ def confine_rank_to_its_core(spec: RunSpec, environ: dict[str, str] | None = Non
     torch-neuronx makes by default, moved to the class member's slice. Returns the core.
     """
     environ = os.environ if environ is None else environ
+    from ..training.ranks import rank_place
     from ..trn2 import rank_visible_core
 
     spec.core_slice()  # the slice must hold exactly this node's ranks
-    core = rank_visible_core(spec.neuron_cores, int(environ.get("LOCAL_RANK", "0")))
+    core = rank_visible_core(spec.neuron_cores, rank_place(environ).local_rank)
     environ["NEURON_RT_VISIBLE_CORES"] = core
     return core
 

@@ -6,6 +6,8 @@ read torchrun's own rendezvous state to say how many came, and each node publish
 launch settings in torchrun's store beside it, so that nodes started with another
 ``--nnodes`` stop naming it (torchrun never forms their group, or forms one of the size
 the other node asked for, and the ranks' own settings check never sees the difference).
+A node that joins the store as a client waits for its host to listen before torchrun
+starts (:func:`wait_for_store`), so nodes may start minutes apart.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import os
 import pickle
 import socket
+import sys
 import time
 
 from ..training.spec import split_endpoint
@@ -136,6 +139,70 @@ class _RendezvousStateOnly(pickle.Unpickler):
         if (module, name) not in self.ALLOWED:
             raise pickle.UnpicklingError(f"{module}.{name} is not part of a rendezvous state")
         return super().find_class(module, name)
+
+
+#: seconds between looks at the endpoint while a node waits for the rendezvous host
+STORE_POLL_S = 1.0
+#: seconds between the lines that say a node is still waiting
+STORE_NOTE_S = 60.0
+
+
+def hosts_store_here(endpoint: str) -> bool:
+    """Whether torchrun on this node hosts the rendezvous store at ``endpoint``.
+
+    torch's own rule, called as torch calls it (2.14.1,
+    ``c10d_rendezvous_backend._create_tcp_store``: without ``is_host`` in
+    ``--rdzv-conf``, ``utils._matches_machine_hostname``): a loopback address or
+    ``localhost``, this machine's host name, or an address that name resolves to. Every
+    other node joins as a client of that store.
+    """
+    from torch.distributed.elastic.rendezvous.utils import _matches_machine_hostname
+
+    return bool(_matches_machine_hostname(split_endpoint(endpoint)[0]))
+
+
+def wait_for_store(endpoint: str, timeout_s: float) -> float:
+    """On a node whose torchrun joins as a client: wait until something listens at
+    ``endpoint`` (the host's torchrun started), for up to ``timeout_s``; the seconds
+    waited. A ``TrainingError`` naming the seconds when nothing came.
+
+    Why: torchrun's store client gives up after its ``read_timeout`` (60 s; torch 2.14.1
+    retries once, so 60-112 s), however long ``join_timeout`` is, and pods of one job
+    start minutes apart (image pulls, a replaced node). Raising ``read_timeout`` instead
+    would also make every store read of a running job wait that long: torchrun's agent
+    reads the store every few seconds while its ranks train, and a host that vanished
+    without closing its sockets would then hold every other node for up to
+    ``--rdzv-timeout`` instead of a minute. So the wait is here, before torchrun starts,
+    and torchrun keeps its own timeout for a store that goes away.
+    """
+    from ..errors import TrainingError
+
+    host, port = split_endpoint(endpoint)
+    started = time.monotonic()
+    noted = None
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=5).close()
+            return time.monotonic() - started
+        except OSError:
+            pass  # nothing listens yet (refused, unresolvable until the host's pod is up)
+        waited = time.monotonic() - started
+        if waited >= timeout_s:
+            raise TrainingError(
+                f"nothing answered at {endpoint} for {waited:.0f} s (--rdzv-timeout "
+                f"{timeout_s:.0f}): this node joins the rendezvous the first node's torchrun "
+                "hosts there, and it never started listening; start the same command on "
+                "that node, check that this node reaches that address and port (a firewall "
+                "or security group may block it), or raise --rdzv-timeout"
+            )
+        if noted is None or waited - noted >= STORE_NOTE_S:
+            print(
+                f"waiting for the rendezvous host at {endpoint} (its torchrun has not "
+                f"started): {waited:.0f} s of up to {timeout_s:.0f} s",
+                file=sys.stderr, flush=True,
+            )  # fmt: skip
+            noted = waited
+        time.sleep(STORE_POLL_S)
 
 
 #: the keys of the launch settings in torchrun's store: a counter numbers the nodes as

@@ -22,7 +22,7 @@ from dataclasses import fields
 from typing import Any
 
 from ..errors import ConfigError
-from ..training.plan import Plan, available_memory_gib, memory_fit_problem, plan_run
+from ..training.plan import Plan, available_memory_gib, memory_fit, plan_run
 from ..training.spec import RunSpec
 from .folder import RunResult
 from .reporter import Reporter
@@ -108,20 +108,23 @@ def execute(plan: Plan, reporter: Reporter) -> RunResult:
 
     A CPU run whose estimate exceeds this machine's free memory is refused first, with
     the numbers: without this a full-size preset on a laptop dies minutes later in an
-    allocation error, or takes the machine into swap.
+    allocation error, or takes the machine into swap. The process that starts a run asks
+    it (and the hub) once; a launch's ranks do not ask again: by the time a rank asked,
+    the ranks that started before it had taken their share of the very memory it counts.
     """
     from ..assets import hub_offline
     from ..training.ranks import launched_by_torchrun
 
-    if not launched_by_torchrun():  # (a launch's ranks: their launcher did these)
+    launcher = not launched_by_torchrun()  # (a launch's ranks: their launcher asked)
+    if launcher:
         check_hub_answers(plan)
-        if plan.device.is_trn2:
-            warn_thin_slack(plan)
     check_compile_cache_first(plan)
-    if not plan.spec.skip_memory_check:  # (here: this machine's free memory)
-        problem = memory_fit_problem(plan, available_memory_gib())
-        if problem:
-            raise ConfigError(problem)
+    if launcher:  # this machine's free memory (a trn2 core's HBM: checked in planning)
+        fit = memory_fit(plan, available_memory_gib())
+        if plan.device.is_trn2 and fit.warning:
+            print(f"warning: {fit.warning}", file=sys.stderr, flush=True)
+        if fit.problem and not plan.spec.skip_memory_check:
+            raise ConfigError(fit.problem)
     with hub_offline(not plan.needs_hub):
         # published weights: downloaded (or made) once, here; launched ranks find them
         # in the cache
@@ -142,7 +145,7 @@ def check_compile_cache_first(plan: Plan) -> None:
     from ..training.compile import check_compile_cache, compile_cache_folder, use_package_caches
 
     for step in ("the user's", "the package's"):  # (importing torch._inductor makes it)
-        if step == "the package's" and plan.compile:
+        if step == "the package's" and plan.spec.compile:
             use_package_caches(plan.device)
         cache = compile_cache_folder(plan.device)
         if cache is not None:
@@ -151,9 +154,7 @@ def check_compile_cache_first(plan: Plan) -> None:
 
 def warn_thin_slack(plan: Plan) -> None:
     """One ``warning:`` line on stderr when a trn2 plan leaves under 1 GiB per core."""
-    import sys
-
-    warning = plan.memory().slack_warning()
+    warning = memory_fit(plan).warning
     if warning:
         print(f"warning: {warning}", file=sys.stderr, flush=True)
 

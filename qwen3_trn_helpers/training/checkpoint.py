@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import io
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from torch.distributed.checkpoint.filesystem import FileSystem
 from torchtitan.components.checkpointer import CheckpointManager
 
 from ..errors import RunFolderError, TrainingError
+from .save_log import note_save
 
 
 def _root_cause(error: BaseException) -> BaseException:
@@ -169,7 +171,10 @@ class Qwen3TrnCheckpointManager(CheckpointManager):
     # subclasses to override these hooks instead
     def _save(self, curr_step: int, last_step: bool = False) -> bool:
         try:
+            began = time.monotonic()
             saved = super()._save(curr_step, last_step)
+            if saved:  # its seconds to storage, for the next job's sizing (save_log.py)
+                note_save(self, curr_step, began)
             if saved and last_step and last_save_skips_purge():
                 self._purge_stale_checkpoints()  # (torchtitan's thread; close() joins it)
             if saved and self.save_now:
@@ -307,10 +312,11 @@ def record_run_settings(step_dir: Path, settings: dict) -> None:
 def read_run_settings(step_dir: Path) -> dict | None:
     """The settings a checkpoint recorded (:func:`record_run_settings`), or None: a
     checkpoint from an older qwen3-trn or torchtitan's own entry point records none."""
-    import json
+    from ..files import read_json
+    from .metrics_file import RECORD_LIMIT
 
-    try:
-        record = json.loads((step_dir / SETTINGS_FILE).read_bytes().decode("utf-8"))
+    try:  # (a pipe, a device, bytes, JSON too deep: none recorded, as files.py reads it)
+        record = read_json(step_dir / SETTINGS_FILE, limit=RECORD_LIMIT, fix="")
     except (OSError, ValueError):
         return None
     ok = isinstance(record, dict) and all(

@@ -54,7 +54,7 @@ the rest, so every parameter is sharded ``world`` ways), tokens T = batch x seq_
   implementation: T x S x heads / tp x 2 B per layer kept for the backward
 
 A plan fits when the total is at most 90% of the core's HBM
-(``trn2.PLANNING_HEADROOM``): the rest is margin for what no term here sees.
+(``trn2.RUN_HBM_SHARE``): the rest is margin for what no term here sees.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..model.shapes import Qwen3Shape
-from ..trn2 import PLANNING_HEADROOM
+from ..trn2 import RUN_HBM_SHARE
 
 GIB = 1024**3
 #: below this much room between a plan's estimate and its usable HBM, the plan warns:
@@ -108,7 +108,7 @@ class MemoryEstimate:
     @property
     def usable_gib(self) -> float:
         """What a plan may use: 90% of the core's HBM (the rest is margin)."""
-        return self.hbm_gib * PLANNING_HEADROOM
+        return self.hbm_gib * RUN_HBM_SHARE
 
     @property
     def fits(self) -> bool:
@@ -130,7 +130,8 @@ class MemoryEstimate:
             "or more ranks gives room"
         )
 
-    def row(self) -> dict[str, float]:
+    def terms(self) -> dict[str, float]:
+        """GiB per rank by term, the totals left out (rounded as the table shows them)."""
         r = lambda x: round(x, 2)  # noqa: E731
         return {
             "params": r(self.params_gib),
@@ -144,8 +145,15 @@ class MemoryEstimate:
             "logits": r(self.logits_gib),
             "scores": r(self.scores_gib),
             "Neuron runtime": r(self.runtime_gib),
+        }
+
+    def row(self) -> dict[str, float]:
+        """The terms and the totals, as one table row."""
+        r = lambda x: round(x, 2)  # noqa: E731
+        return {
+            **self.terms(),
             "total GiB": r(self.total_gib),
-            "usable GiB (90%)": r(self.usable_gib),
+            f"usable GiB ({RUN_HBM_SHARE:.0%})": r(self.usable_gib),
             "HBM GiB": r(self.hbm_gib),
         }
 

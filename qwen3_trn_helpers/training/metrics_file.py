@@ -14,6 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..files import KiB, MiB, UnreadableFile, parse_json, read_lines
+
+#: a metrics line's length at most (one is about 300 bytes); a longer one is unreadable
+LINE_LIMIT = 64 * KiB
+#: run.json's and a checkpoint's settings' size at most (each is a few KiB)
+RECORD_LIMIT = 16 * MiB
+
 #: torchtitan metric key -> our short name.
 KEYS = {
     "loss_metrics/global_avg_loss": "loss",
@@ -72,19 +79,19 @@ def scan_metrics(path: str | Path) -> tuple[list[dict[str, Any]], list[int]]:
     on, which the next resume then deleted.
     """
     records, unreadable = [], []
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                record = None
-            step = record.get("step") if isinstance(record, dict) else None
-            if isinstance(step, int) and not isinstance(step, bool) and step >= 1:
-                records.append(record)
-            else:
-                unreadable.append(lineno)
+    fix = "it is not a run's metrics file: move it away, or choose another --out"
+    for lineno, raw in read_lines(path, fix=fix, line_limit=LINE_LIMIT):
+        if raw is not None and not raw.strip():
+            continue
+        try:  # (a line too long, not UTF-8, not JSON or nested too deep: unreadable)
+            record = None if raw is None else parse_json(raw, f"{path}:{lineno}", fix)
+        except UnreadableFile:
+            record = None
+        step = record.get("step") if isinstance(record, dict) else None
+        if isinstance(step, int) and not isinstance(step, bool) and step >= 1:
+            records.append(record)
+        else:
+            unreadable.append(lineno)
     return records, unreadable
 
 

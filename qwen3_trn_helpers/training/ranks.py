@@ -13,8 +13,9 @@ import os
 import re
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 from unittest.mock import patch
@@ -27,21 +28,60 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class RankPlace:
+    """This process's place in its job, as torchrun's variables give it (a process
+    torchrun did not start: rank 0 of one, on node 0 of one)."""
+
+    launched: bool  # torchrun started this process (RANK and WORLD_SIZE are set)
+    rank: int  # RANK
+    local_rank: int  # LOCAL_RANK: this rank's index on its node
+    world_size: int  # WORLD_SIZE
+    local_world_size: int  # LOCAL_WORLD_SIZE (torchrun's --nproc-per-node)
+    node: int  # GROUP_RANK: the node's index in the job
+    nodes: int  # GROUP_WORLD_SIZE
+
+    @property
+    def torchrun_world(self) -> tuple[int, int] | None:
+        """(ranks per node, nodes) as torchrun told this process; None if it did not."""
+        if not self.launched:
+            return None
+        return self.local_world_size, max(self.world_size // self.local_world_size, 1)
+
+
+def rank_place(environ: Mapping[str, str] | None = None) -> RankPlace:
+    """The one reader of torchrun's rank variables (``environ``: default this process's).
+
+    Read afresh at each call: a run in this process sets a one-rank group's variables
+    for its duration only (:func:`one_rank_environment`)."""
+    env = os.environ if environ is None else environ
+    world = int(env.get("WORLD_SIZE", "1"))
+    return RankPlace(
+        launched="RANK" in env and "WORLD_SIZE" in env,
+        rank=int(env.get("RANK", "0")),
+        local_rank=int(env.get("LOCAL_RANK", "0")),
+        world_size=world,
+        local_world_size=int(env.get("LOCAL_WORLD_SIZE", world)),
+        node=int(env.get("GROUP_RANK", "0")),
+        nodes=int(env.get("GROUP_WORLD_SIZE", "1")),
+    )
+
+
 def launched_by_torchrun() -> bool:
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    return rank_place().launched
 
 
 def rank() -> int:
-    return int(os.environ.get("RANK", "0"))
+    return rank_place().rank
 
 
 def world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    return rank_place().world_size
 
 
 def ranks_per_node() -> int:
     """This node's ranks (torchrun's LOCAL_WORLD_SIZE: ``--nproc-per-node``)."""
-    return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    return rank_place().local_world_size
 
 
 @contextmanager
@@ -126,7 +166,7 @@ def check_same_versions(settings: dict | None = None) -> None:
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return
     mine = {
-        "node": os.environ.get("GROUP_RANK", "0"),
+        "node": str(rank_place().node),
         "host": socket.gethostname(),
         "versions": local_versions(),
         "settings": settings or {},
@@ -158,7 +198,7 @@ def lost_node(error_text: str) -> str | None:
     where the error names none and the job's other node is not the only candidate."""
     found = _PEER.search(error_text)
     address = found.group(1) if found else None
-    me = os.environ.get("GROUP_RANK", "0")
+    me = str(rank_place().node)
     others = sorted({n for n in JOB_NODES if n[0] != me})
     if address is not None:
         matches = [n for n in others if address in _addresses(n[1])]

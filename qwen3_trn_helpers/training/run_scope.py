@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import gc
 import math
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,9 +34,11 @@ from .compile import (
     static_shapes,
     use_package_caches,
 )
+from .heartbeat import RankWatch
 from .patches import Patch
 from .plan import Plan
 from .stopping import StopRequest
+from .watchdog import UNWATCHED_STEPS
 
 #: each registry class -> the patches its model needs; every variant of
 #: model.variants.VARIANTS has an entry (tests/core/model/test_variants.py). The
@@ -77,6 +79,13 @@ class RunOptions:
     """The run's resolved settings, compared across every rank at start
     (:func:`~.ranks.check_same_versions`): nodes started differently stop at once."""
 
+    hang_timeout: int = 0
+    """Seconds a training step may take on a rank torchrun started (0: no watchdog;
+    training/watchdog.py)."""
+
+    watch_every: int = 0
+    """Rank 0 logs the per-node step times every N steps (training/heartbeat.py)."""
+
 
 #: what a collective says when the rank at the other end is gone (gloo's words; the
 #: Neuron and NCCL backends raise torch's DistError types)
@@ -115,6 +124,8 @@ class _RunScope:
         #: set by the caller (runs/here.py) for a run that saves checkpoints
         self.stop_request: StopRequest | None = None
         self.stopped_at: int | None = None  # the step a requested stop saved and ended at
+        self._watch: RankWatch | None = None  # a launched rank's heartbeat and watchdog
+        self._steps_run = 0
         try:
             if gc.isenabled():  # torchtitan's GarbageCollection turns it off for good
                 self._scope.callback(gc.enable)
@@ -138,6 +149,8 @@ class _RunScope:
             self.checkpointer.run_settings = options.settings  # type: ignore[attr-defined]
             if options.device.is_cpu and world > 1:
                 force_sum_reduction_for_gloo(self.model_parts)
+            if launched and config.comm.mode == "default":
+                self._watch = rank_watch(config.dump_folder, options)
         except BaseException:
             self._teardown()
             raise
@@ -183,9 +196,17 @@ class _RunScope:
 
     def train_step(self, data_iterator) -> None:
         self._local_losses = []
+        step: int = self.step  # type: ignore[attr-defined]
+        # (the watchdog skips a process's first steps, which compile: UNWATCHED_STEPS)
+        unwatched = self._steps_run < UNWATCHED_STEPS
+        watched = self._watch.step(step, watched=not unwatched) if self._watch else None
         try:
-            super().train_step(data_iterator)  # type: ignore[misc]
-            self._stop_if_requested()
+            with watched or nullcontext():
+                if self._watch is not None:  # (stamps when the step's batch is in hand)
+                    data_iterator = self._watch.batches(data_iterator)
+                super().train_step(data_iterator)  # type: ignore[misc]
+                self._stop_if_requested()
+            self._steps_run += 1
         except Exception as e:
             cache = compile_cache_folder(self.config.qwen3_trn.device) if self._compiles else None  # type: ignore[attr-defined]
             fault = cache_fault(e, cache[1]) if cache is not None else None
@@ -225,6 +246,10 @@ class _RunScope:
     def _teardown(self) -> None:
         import torch.distributed as dist
 
+        if getattr(self, "_watch", None) is not None:
+            self._watch.close()
+            self._watch = None
+
         if getattr(self, "_owns_process_group", False) and dist.is_initialized():
             dist.destroy_process_group()
         if getattr(self, "_compiles", False):
@@ -233,6 +258,15 @@ class _RunScope:
             # limit silently runs blocks eager. Inductor's on-disk cache stays.
             torch._dynamo.reset()
         self._scope.close()
+
+
+def rank_watch(out: str, options: RunOptions) -> RankWatch:
+    """This rank's file in ``OUT/ranks`` and its watchdog (training/heartbeat.py)."""
+    from .ranks import rank_place
+
+    place = rank_place()
+    return RankWatch(out, rank=place.rank, world=place.world_size, node=place.node,
+                     hang_s=options.hang_timeout, watch_every=options.watch_every)  # fmt: skip
 
 
 def force_sum_reduction_for_gloo(model_parts: list[torch.nn.Module]) -> int:

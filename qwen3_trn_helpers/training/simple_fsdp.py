@@ -28,9 +28,6 @@ from typing import Any
 #: graph_trainer's compile mode that hands the model to a dynamo backend (see above)
 MODE = "jit"
 
-#: the data-parallel implementations a run can train with
-DATA_PARALLEL = ("fsdp2", "simple_fsdp")
-
 
 def graph_trainer_fields(base: Any) -> dict[str, Any]:
     """The fields of a GraphTrainer config for ``base``, a compiled run's config.

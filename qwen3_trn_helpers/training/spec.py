@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..device import DEVICE_TYPES
-from ..errors import ConfigError
+from ..errors import ConfigError, register_options
+from ..files import check_folder_name
 from ..model.presets import PRESETS
 from ..model.variants import VARIANTS
 
@@ -202,6 +203,25 @@ class RunSpec:
         "train (or dry-run) even if the memory estimate exceeds this machine's free memory "
         "(on trn2: the share of a NeuronCore's HBM a plan may use)",
     )
+    hang_timeout: int = _param(
+        600,
+        "seconds a training step may take: a longer one saves every rank's Python stack in "
+        "OUT/ranks and stops the job, for Slurm or Kubernetes to requeue it (ranks torchrun "
+        "starts; not a process's first two steps, which compile; 0: off)",
+        non_negative=True,
+    )
+    watch_every: int = _param(
+        100,
+        "every N steps, one log line of each node's step time naming a straggler or a "
+        "silent node (ranks torchrun starts; 0: never). Any time: qwen3-trn watch OUT",
+        non_negative=True,
+    )
+    verify_data: bool = _param(
+        False,
+        "read every shard of a prepared --corpus for its sha256 again; otherwise a shard "
+        "is hashed once per run folder, and again only when its file changes (size, "
+        "times, inode)",
+    )
     out: str | None = _param(None, "run folder (default: runs/<date-time>)")
     overwrite: bool = _param(False, "replace a previous run in --out (metrics and checkpoints)")
 
@@ -284,6 +304,8 @@ class RunSpec:
                 "out is empty; name the run folder (--out runs/mine), or leave it out for "
                 "a new runs/<date-time> folder"
             )
+        if self.out is not None:
+            check_folder_name(self.out, "--out")  # (too long, not UTF-8: files.py)
         if not isinstance(self.init, str) or not self.init:
             raise ConfigError(
                 f"init must be 'random', 'pretrained' or a checkpoint folder, got {self.init!r}"
@@ -376,6 +398,23 @@ class RunSpec:
             flag = "--" + f.name.replace("_", "-")
             argv += [flag] if value is True else [flag, str(value)]
         return argv
+
+
+def _option_words() -> dict[str, tuple[str, bool, tuple[str, ...]]]:
+    """Each RunSpec field as errors.py names it: its flag (as runs/arguments.py makes it),
+    its argument, whether it stands alone (a bool; ``--resume`` without ``auto``), and
+    the words it takes as values."""
+    words = {}
+    for f in fields(RunSpec):
+        alone = f.type == "bool" or "optional_value" in f.metadata
+        values = tuple(f.metadata.get("choices", ())) + tuple(
+            [f.metadata["optional_value"]] if "optional_value" in f.metadata else []
+        )
+        words["--" + f.name.replace("_", "-")] = (f.name, alone, values)
+    return words
+
+
+register_options(_option_words())
 
 
 def implied_variant(preset: str | None) -> str:

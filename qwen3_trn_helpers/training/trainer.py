@@ -134,8 +134,10 @@ def trainer_config(
 ):
     """The ``Trainer.Config`` for a plan, shaped like torchtitan's registry entries.
 
-    Every run value comes from the plan as planning resolved it (the spec is read only
-    whole, for what the nodes compare); the first weights load from ``plan.init_dir``
+    Every run value comes from the plan: what planning resolved (model, layout, data,
+    device, warm-up), and the training values no machine changes from the spec it holds
+    (``plan.spec``: steps, batch sizes, seed, checkpointing); the first weights load from
+    ``plan.init_dir``
     (published weights: once ``runs/weights.with_init_weights`` put their folder there).
 
     ``comm_mode="fake_backend"`` is torchtitan's dry-run mode (ops/dry_run.py);
@@ -170,11 +172,12 @@ def trainer_config(
     trainer = variant_parts(variant).trainer
     settings = same_on_every_node(plan)
     activation_checkpoint = activation_checkpoint_config(plan.activation_checkpoint)
-    compile_ = compile_config(plan.compile, plan.device)
+    compile_ = compile_config(plan.spec.compile, plan.device)
+    timeouts = save_timeouts(plan)  # collectives wait longer than a save takes
     backend = trainer.backend_fields(plan)
     dataset, dataset_path = dataset_args(plan.corpus, streams=plan.corpus_streams)
     loader = loader_for(dataset)  # our corpora: one sample order at any world size
-    saves = bool(plan.checkpoint_interval or plan.export_hf)
+    saves = bool(plan.spec.checkpoint_interval or plan.spec.export_hf)
     kwargs: dict[str, Any] = dict(
         model_spec=variant.model_spec(plan.shape, plan.preset.name, plan.attention),
         hf_assets_path=str(plan.tokenizer_dir or ensure_tokenizer()),
@@ -182,7 +185,7 @@ def trainer_config(
         dump_folder=str(out),
         metrics=Qwen3TrnMetrics.Config(
             log_freq=1,
-            enable_tensorboard=plan.tensorboard,
+            enable_tensorboard=plan.spec.tensorboard,
             disable_color_printing=True,
             jsonl_file=metrics_file,
         ),
@@ -195,10 +198,10 @@ def trainer_config(
             min_lr_factor=0.0,
         ),
         training=TrainingConfig(
-            local_batch_size=plan.local_batch_size,
-            global_batch_size=plan.global_batch_size or -1,  # -1: no accumulation
+            local_batch_size=plan.spec.local_batch_size,
+            global_batch_size=plan.spec.global_batch_size or -1,  # -1: no accumulation
             seq_len=plan.seq_len,
-            steps=plan.steps,
+            steps=plan.spec.steps,
             mixed_precision_param=plan.mixed_precision,
             mixed_precision_reduce=plan.reduce_dtype,
         ),
@@ -207,32 +210,38 @@ def trainer_config(
             tensor_parallel_degree=plan.tp,
             # explicit, not torchtitan's default: no public record shows any value on
             # Neuron, so it is a run parameter and the smoke ladder tries each
-            spmd_backend=plan.spmd_backend,
+            spmd_backend=plan.spec.spmd_backend,
         ),
         checkpoint=Qwen3TrnCheckpointManager.Config(
             enable=bool(init_dir or saves),
             load_only=not saves,
-            interval=plan.checkpoint_interval or 10**9,
+            interval=plan.spec.checkpoint_interval or 10**9,
             initial_load_path=init_dir,
             initial_load_in_hf=init_dir is not None,
             # torchtitan's default (True) warns on every run without an initial load
             initial_load_model_only=init_dir is not None,
-            last_save_model_only=plan.export_hf,
-            last_save_in_hf=plan.export_hf,
+            last_save_model_only=plan.spec.export_hf,
+            last_save_in_hf=plan.spec.export_hf,
             exclude_from_loading=["dataloader"] if skip_dataloader_state else [],
-            async_mode=plan.checkpoint_async,  # --checkpoint-async
-            keep_latest_k=plan.keep_checkpoints,  # --keep-checkpoints
+            async_mode=plan.spec.checkpoint_async,  # --checkpoint-async
+            keep_latest_k=plan.spec.keep_checkpoints,  # --keep-checkpoints
         ),
         activation_checkpoint=activation_checkpoint,
         compile=compile_,
         # collectives wait longer than any save of this model takes (training/stopping.py)
-        comm=CommConfig(trace_buf_size=0, mode=comm_mode, **save_timeouts(plan)),
-        debug=DebugConfig(seed=plan.seed),
+        comm=CommConfig(trace_buf_size=0, mode=comm_mode, **timeouts),
+        debug=DebugConfig(seed=plan.spec.seed),
         override=OverrideConfig(
-            imports=variant.overrides(plan.attention, plan.moe_block_size, plan.moe_impl)
+            imports=variant.overrides(plan.attention, plan.moe_block_size, plan.spec.moe_impl)
         ),
         loss=variant.loss_config(plan.shape, plan.loss_chunks),
-        qwen3_trn=RunOptions(variant=variant, device=plan.device, settings=settings),
+        qwen3_trn=RunOptions(
+            variant=variant,
+            device=plan.device,
+            settings=settings,
+            hang_timeout=plan.spec.hang_timeout,
+            watch_every=plan.spec.watch_every,
+        ),
     )
     config = trainer.Config(**kwargs, **backend)
     if (data_parallel or plan.data_parallel) == "simple_fsdp":
@@ -248,7 +257,7 @@ def save_timeouts(plan: Plan) -> dict[str, int]:
     100 s, set after the first step; training/stopping.py collective_timeout_s)."""
     from .stopping import checkpoint_bytes, collective_timeout_s
 
-    if not plan.checkpoint_interval:
+    if not plan.spec.checkpoint_interval:
         return {}
     timeout = collective_timeout_s(checkpoint_bytes(plan.shape.parameter_count()))
     return {"train_timeout_seconds": timeout, "init_timeout_seconds": max(300, timeout)}
@@ -256,7 +265,8 @@ def save_timeouts(plan: Plan) -> dict[str, int]:
 
 #: spec fields that may differ between the nodes of one job (each node's own business)
 PER_NODE = ("device", "neuron_cores", "skip_memory_check", "overwrite", "nproc", "nnodes",
-            "rdzv_endpoint", "rdzv_timeout")  # fmt: skip
+            "rdzv_endpoint", "rdzv_timeout", "verify_data", "hang_timeout",
+            "watch_every")  # fmt: skip
 
 
 def same_on_every_node(plan: Plan) -> dict[str, Any]:

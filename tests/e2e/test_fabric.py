@@ -76,19 +76,19 @@ def test_nccom_output_is_read_or_named():
         parse_nccom("error: EFA not found\n")
 
 
-def test_nccom_main_fails_a_node_whose_runs_fail(capsys):
-    """A pair whose nccom-test printed no figure counts 0 GB/s: its nodes fail."""
+def test_nccom_main_runs_nccom_test_through_srun_and_fails_without_a_figure(capsys):
+    """nccom-test on the job's allocation (--slurm-mode): a run that printed no figure
+    counts 0 GB/s, below any floor: exit 1, and the command it ran named."""
+    ran = []
 
-    def run(cmd, env, capture_output, text):
-        ok = "10.0.0.2" not in cmd
-        out = "Avg bus bandwidth: 300.0GB/s\n" if ok else "NRT init failed\n"
-        return subprocess.CompletedProcess(cmd, 0 if ok else 1, out, "")
+    def run(cmd, capture_output, text):
+        ran.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1, "NRT init failed\n", "")
 
-    code = nccom_main(["--nproc", "64", "--port", "29500", "10.0.0.1", "10.0.0.2", "10.0.0.3"],
-                      run=run)  # fmt: skip
+    code = nccom_main(["--nproc", "64", "--nnodes", "3", "--job-id", "42"], run=run)
     out, err = capsys.readouterr()
-    assert code == 1
-    assert [ln.split(":")[0] for ln in out.splitlines()] == ["ok", "fail", "ok"]
+    assert code == 1 and out.startswith("fail: all 3 nodes (192 ranks): nccom-test bus ")
+    assert ran[0][-3:] == ["--slurm-mode", "--slurm-job-id", "42"] and "-N" in ran[0]
     assert "printed no 'Avg bus bandwidth' line: NRT init failed" in err
 
 

@@ -297,7 +297,10 @@ def test_a_node_that_never_joins_is_named(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: the job's 2 nodes did not all join the rendezvous at ")
     assert endpoint in last
-    assert "within 6 s (1 of 2 nodes joined)" in last and "Traceback" not in proc.stderr
+    # the seconds are measured, not --rdzv-timeout restated (torchrun may give up earlier)
+    waited = re.search(r" in (\d+) s \(--rdzv-timeout 6; 1 of 2 nodes joined\)", last)
+    assert waited and 6 <= int(waited.group(1)) < 60, last
+    assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.slow
@@ -509,7 +512,7 @@ def test_slurm_job_saves_inside_the_time_limit_warning(tmp_path, one_node):
         wait_for("the requeue", lambda: job_state(job_id).get("JobState") == "PENDING",
                  job_id, log)  # fmt: skip
         warned = json.loads((out / "run.json").read_text())
-        saved = sorted(p.name for p in (out / "checkpoint").iterdir())
+        saved = sorted(p.name for p in (out / "checkpoint").glob("step-*"))
         start_requeued_now(job_id)
         state = wait_for(
             "the job's end",
@@ -573,9 +576,9 @@ def test_slurm_script_for_trn2(tmp_path):
     cpu = slurm_script(spec.replace(device="cpu", checkpoint_interval=5), on_trn2=False)
     assert "FI_PROVIDER" not in cpu and "--exclusive" not in cpu
     assert "--checkpoint-interval 5 " in cpu
-    with pytest.raises(ConfigError, match="--nnodes 2 or more"):
+    with pytest.raises(ConfigError, match="nnodes=2 or more"):
         slurm_script(spec.replace(nnodes=1), on_trn2=True)
-    with pytest.raises(ConfigError, match="drop --overwrite"):
+    with pytest.raises(ConfigError, match="drop overwrite=True"):
         slurm_script(spec.replace(overwrite=True), on_trn2=True)
 
 

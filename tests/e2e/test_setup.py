@@ -136,6 +136,14 @@ def _prepared_venv(
     return calls
 
 
+def _cpu_stamp() -> bytes:
+    """What a CPU install's stamp hashes: pyproject.toml and the lockfile it installs
+    the pins of (requirements/cpu.lock)."""
+    return (ROOT / "pyproject.toml").read_bytes() + (
+        ROOT / "requirements" / "cpu.lock"
+    ).read_bytes()
+
+
 def _neuron_stamp() -> bytes:
     from importlib import metadata
 
@@ -175,7 +183,7 @@ def test_setup_on_a_cpu_runs_the_seed_experiment_and_run_again_picks_up(tmp_path
     finished (test_reproduce.py's Ctrl-C test runs that for real), then names the next
     step."""
     target = tmp_path / "cpu-project-venv"
-    calls = _prepared_venv(target, (ROOT / "pyproject.toml").read_bytes(), "1")
+    calls = _prepared_venv(target, _cpu_stamp(), "1")
     failed_once = target / "failed-once"
     (target / "bin" / "qwen3-trn").write_text(
         f'#!/bin/sh\necho "$*" >> {calls}\n'
@@ -249,7 +257,7 @@ def test_site_after_a_plain_install_installs_the_site_extra(tmp_path):
     import hashlib
 
     target = tmp_path / "cpu-project-venv"
-    _prepared_venv(target, (ROOT / "pyproject.toml").read_bytes(), "0")
+    _prepared_venv(target, _cpu_stamp(), "0")
     asked = target / "pip-args.txt"
     pip = _site(target / "bin" / "python") / "pip"
     pip.mkdir()
@@ -274,15 +282,19 @@ def test_site_after_a_plain_install_installs_the_site_extra(tmp_path):
     site = setup("--site")
     assert site.returncode == 0, site.stdout + site.stderr
     assert asked.read_text().split() == [
-        "install", "--quiet", "--no-compile", "-e", ".[cpu,notebooks,test,site]"
+        "install", "--quiet", "--no-compile", "-c", f"{target}/cpu-lock-pins.txt", "-e",
+        ".[cpu,notebooks,test,site]",
     ]  # fmt: skip
+    # the lock's pins, without the hashes (pip would then demand one for every package)
+    pins = (target / "cpu-lock-pins.txt").read_text()
+    assert "torch==2.14.1" in pins and "--hash" not in pins and "\\" not in pins
     again = setup()
     assert again.returncode == 0, again.stdout + again.stderr
     assert len(asked.read_text().splitlines()) == 1  # site is a superset: no second pip
     # the same venv used from another checkout (CI's venv outside the repository, kept
     # between clones): its editable install points at the old folder, so pip runs again
     stamp = target / ".qwen3-trn-installed"
-    inputs = (ROOT / "pyproject.toml").read_bytes() + b"checkout: /elsewhere/qwen3-trn\n"
+    inputs = _cpu_stamp() + b"checkout: /elsewhere/qwen3-trn\n"
     stamp.write_text(hashlib.sha256(inputs).hexdigest() + "\ncpu,notebooks,test,site\n")
     moved = setup()
     assert moved.returncode == 0, moved.stdout + moved.stderr
@@ -332,7 +344,7 @@ def test_the_default_install_goes_through_uv_unless_a_pip_setting_forbids_it(tmp
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     calls = [json.loads(line) for line in asked.read_text().splitlines()]
-    package = ["-e", ".[cpu,notebooks,test]"]
+    package = ["-c", f"{target}/cpu-lock-pins.txt", "-e", ".[cpu,notebooks,test]"]
     if case != "proxy":
         assert calls[:2] == [
             ["pip", "config", "list"], ["pip", "install", "--quiet", "--no-compile", "uv==0.13.9"]

@@ -69,7 +69,7 @@ def test_simple_fsdp_config_is_graph_trainers_jit_mode_with_our_model(tmp_path):
 def test_simple_fsdp_without_compile_is_refused_in_one_line(tmp_path):
     from qwen3_trn_helpers.training.trainer import trainer_config
 
-    with pytest.raises(ConfigError, match="SimpleFSDP is the compiled path: pass --compile"):
+    with pytest.raises(ConfigError, match="SimpleFSDP is the compiled path: pass compile=True"):
         trainer_config(_plan("cpu", compile_=False), tmp_path, data_parallel="simple_fsdp")
 
 

@@ -21,7 +21,7 @@ def test_resume_auto_and_max_restarts_are_checked():
     RunSpec(resume="auto", checkpoint_interval=5, out="x", max_restarts=2).validate()
     with pytest.raises(ConfigError, match="resume must be True, False or 'auto'"):
         RunSpec(resume="yes", checkpoint_interval=5, out="x").validate()
-    with pytest.raises(ConfigError, match="max_restarts 2 restarts failed ranks.*--resume auto"):
+    with pytest.raises(ConfigError, match='max_restarts 2 restarts failed ranks.*resume="auto"'):
         RunSpec(max_restarts=2, checkpoint_interval=5, out="x", resume=True).validate()
     with pytest.raises(ConfigError, match="resume needs checkpoints"):
         RunSpec(resume="auto", out="x").validate()

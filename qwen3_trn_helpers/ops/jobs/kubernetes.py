@@ -23,6 +23,7 @@ from .common import (
     _check_cluster_paths,
     _train_args,
 )
+from .k8s_storage_queue import DEFAULT_PVC, check_pvc, queue_labels, refuse_corpus_outside
 
 #: pods on EKS also name the interface the Neuron collectives' bootstrap uses
 #: (aws-neuron-eks-samples: CCOM_SOCKET_IFNAME=eth0, "often required on EKS")
@@ -51,7 +52,6 @@ HYPERPOD_MAX_RETRY = "sagemaker.amazonaws.com/job-max-retry-count"
 HYPERPOD_HEALTH = {"sagemaker.amazonaws.com/node-health-status": "Schedulable"}
 HYPERPOD_INSTANCE_TYPE = "ml.trn2.48xlarge"
 HYPERPOD_NAMESPACE = "kubeflow"
-HYPERPOD_OPERATOR_VERSIONS = ("1.7.0", "1.8.0", "1.8.1")
 #: a replaced node joins after HyperPod's health checks: AWS's HyperPod guide has
 #: torchrun wait 1800 s for the rendezvous (--rdzv-conf=timeout=1800) for that reason
 HYPERPOD_RDZV_TIMEOUT_S = 1800
@@ -137,16 +137,22 @@ def pod_path_free(spec: RunSpec) -> RunSpec:
     return spec.replace(**changes)
 
 
-def _metadata(name: str, namespace: str | None) -> dict:
-    return {"name": name, **({"namespace": namespace} if namespace else {})}
+def _metadata(name: str, namespace: str | None, queue: str | None = None) -> dict:
+    labels = queue_labels(queue)  # (Kueue: k8s_storage_queue.py)
+    return {
+        "name": name,
+        **({"namespace": namespace} if namespace else {}),
+        **({"labels": labels} if labels else {}),
+    }
 
 
-def _k8s_parts(spec: RunSpec, on_trn2: bool, image: str, efa: int | None):
+def _k8s_parts(spec: RunSpec, on_trn2: bool, image: str, efa: int | None, pvc: str):
     """What both Kubernetes APIs share: the checked spec, env, resources, volumes."""
     if not image or not image.strip():
         raise ConfigError("--image is empty: name the container image (registry/name:tag)")
     spec = _check(spec, **{"--image": image})
     spec = spec.replace(out=_k8s_out(spec))
+    refuse_corpus_outside(spec.corpus, SHARED_DIR_K8S, check_pvc(pvc))
     efa = EFA_INTERFACES if efa is None else efa
     if efa < 0 or efa > EFA_INTERFACES:
         raise ConfigError(f"--efa must be 0 to {EFA_INTERFACES} (a trn2.48xlarge's), got {efa}")
@@ -165,7 +171,7 @@ def _k8s_parts(spec: RunSpec, on_trn2: bool, image: str, efa: int | None):
         # torch's data loaders and the Neuron runtime share memory through /dev/shm;
         # a container's default is 64 MiB
         {"name": "shm", "emptyDir": {"medium": "Memory"}},
-        {"name": "shared", "persistentVolumeClaim": {"claimName": "fsx-claim"}},
+        {"name": "shared", "persistentVolumeClaim": {"claimName": pvc}},
     ]
     mounts = [
         {"name": "shm", "mountPath": "/dev/shm"},
@@ -228,6 +234,8 @@ def pytorchjob_manifest(
     hyperpod: bool = False,
     python: str | None = None,
     workdir: str | None = None,
+    pvc: str = DEFAULT_PVC,
+    queue: str | None = None,
 ) -> dict:
     """A Kubeflow PyTorchJob (kubeflow.org/v1, HyperPod's) running ``spec`` on
     ``spec.nnodes`` pods.
@@ -246,11 +254,12 @@ def pytorchjob_manifest(
     (``PET_RDZV_ENDPOINT``, worker 0's address) and none of RANK / WORLD_SIZE, which a
     process started by torchrun would otherwise read as its own. min = max replicas:
     a fixed world, as the layout needs. ``runPolicy`` is written out (the SDK's models
-    require it). Shared storage is a PersistentVolumeClaim named ``fsx-claim`` at
-    ``/fsx``; ``--out`` must be under it. Restarts: a failed pod is restarted
-    (``OnFailure``, what HyperPod's auto-resume needs) up to ``backoffLimit`` times and
-    resumes; gang scheduling through Volcano (the operator started with
-    ``--gang-scheduler-name=volcano``), all pods or none.
+    require it). Shared storage is the PersistentVolumeClaim ``pvc`` (of the job's
+    namespace) at ``/fsx``; ``--out`` and a corpus folder must be under it. Restarts: a
+    failed pod is restarted (``OnFailure``, what HyperPod's auto-resume needs) up to
+    ``backoffLimit`` times and resumes; gang scheduling through Volcano (the operator
+    started with ``--gang-scheduler-name=volcano``), all pods or none, unless ``queue``
+    names a Kueue LocalQueue, which then admits the job whole (k8s_storage_queue.py).
     """
     name = f"qwen3-trn-{spec.variant}".replace("_", "-") if name is None else name
     check_k8s_name(name, "--name")
@@ -259,7 +268,8 @@ def pytorchjob_manifest(
     if hyperpod:
         namespace = hyperpod_namespace(namespace)
         spec = spec.replace(rdzv_timeout=max(spec.rdzv_timeout, HYPERPOD_RDZV_TIMEOUT_S))
-    spec, env, resources, volumes, mounts = _k8s_parts(spec, on_trn2, image, efa)
+    spec, env, resources, volumes, mounts = _k8s_parts(spec, on_trn2, image, efa, pvc)
+    volcano = not hyperpod and queue is None  # (HyperPod, Kueue: the default scheduler)
     container = {
         "name": "pytorch",  # the operator reads the port from the container of this name
         "image": image,
@@ -272,19 +282,19 @@ def pytorchjob_manifest(
     }
     pod_spec = {
         **_pod_basics(on_trn2, hyperpod),
-        **({} if hyperpod else {"schedulerName": "volcano"}),
+        **({"schedulerName": "volcano"} if volcano else {}),
         "restartPolicy": "OnFailure",
         "containers": [container],
         "volumes": volumes,
     }
-    metadata = _metadata(name, namespace)
+    metadata = _metadata(name, namespace, queue)
     run_policy: dict = {"cleanPodPolicy": "None", "backoffLimit": spec.max_restarts}
     if hyperpod:
         metadata["annotations"] = {
             HYPERPOD_AUTO_RESUME: "true",
             HYPERPOD_MAX_RETRY: str(spec.max_restarts),
         }
-    else:
+    if volcano:
         run_policy["schedulingPolicy"] = {"minAvailable": spec.nnodes}  # gang: all or none
     return {
         "apiVersion": "kubeflow.org/v1",
@@ -319,6 +329,8 @@ def trainjob_manifests(
     namespace: str | None = None,
     python: str | None = None,
     workdir: str | None = None,
+    pvc: str = DEFAULT_PVC,
+    queue: str | None = None,
 ) -> list[dict]:
     """A Kubeflow Trainer v2 TrainingRuntime and the TrainJob that uses it.
 
@@ -327,13 +339,14 @@ def trainjob_manifests(
     (``podGroupPolicy.volcano``) and the JobSet's restarts (``failurePolicy.maxRestarts``:
     every pod recreated, the run resumes). The TrainJob holds the image, the command,
     the environment and the resources per node. Trainer v2 sets ``PET_MASTER_ADDR`` /
-    ``PET_MASTER_PORT`` (node 0 of the JobSet): the rendezvous endpoint.
+    ``PET_MASTER_PORT`` (node 0 of the JobSet): the rendezvous endpoint. ``pvc`` and
+    ``queue``: as :func:`pytorchjob_manifest`'s (with a Kueue queue, no Volcano pod group).
     """
     name = f"qwen3-trn-{spec.variant}".replace("_", "-") if name is None else name
     check_k8s_name(name, "--name", limit=TRAINJOB_NAME_MAX)
     if namespace is not None:
         check_k8s_name(namespace, "--namespace")
-    spec, env, resources, volumes, mounts = _k8s_parts(spec, on_trn2, image, efa)
+    spec, env, resources, volumes, mounts = _k8s_parts(spec, on_trn2, image, efa, pvc)
     runtime = f"{name}-runtime"
     endpoint = '--rdzv-endpoint "$PET_MASTER_ADDR:$PET_MASTER_PORT"'
     command = _k8s_command(spec, python, endpoint)
@@ -356,7 +369,8 @@ def trainjob_manifests(
         "metadata": _metadata(runtime, namespace),
         "spec": {
             "mlPolicy": {"numNodes": spec.nnodes, "torch": {}},
-            "podGroupPolicy": {"volcano": {}},  # gang scheduling: all pods or none
+            # gang scheduling, all pods or none (a Kueue queue admits the job whole instead)
+            **({} if queue else {"podGroupPolicy": {"volcano": {}}}),
             "template": {
                 "spec": {
                     "failurePolicy": {"maxRestarts": spec.max_restarts},
@@ -381,7 +395,7 @@ def trainjob_manifests(
     train_job = {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
-        "metadata": _metadata(name, namespace),
+        "metadata": _metadata(name, namespace, queue),
         "spec": {
             "runtimeRef": {
                 "apiGroup": "trainer.kubeflow.org",

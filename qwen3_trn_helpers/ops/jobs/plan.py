@@ -9,12 +9,14 @@ only parses and prints.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ConfigError
 from ...training.plan import Plan, on_trn2, plan_run
 from ...training.spec import RunSpec
+from .saves import SaveRequest, Saves
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,7 @@ class JobPlan:
 
     plan: Plan  # as the nodes will run it, checked here
     spec: RunSpec  # each node's ``qwen3-trn train`` flags (k8s: the pods' paths, as given)
+    saves: Saves | None = None  # how its saves were sized (None: as the spec gave them)
 
     @property
     def on_trn2(self) -> bool:
@@ -39,14 +42,17 @@ def refuse_no_steps(steps: int | None, command: str) -> None:
 
 
 def plan_job(
-    spec: RunSpec, *, command: str, allow_hub_corpus: bool, pod_paths: bool = False
-) -> JobPlan:
+    spec: RunSpec, *, command: str, allow_hub_corpus: bool, pod_paths: bool = False,
+    saves: SaveRequest | None = None,
+) -> JobPlan:  # fmt: skip
     """The job ``spec`` describes, planned for the nodes it will run on (checks included).
 
     ``pod_paths``: the paths name files in the job's pods (k8s), not on this machine:
     they must be absolute, and are not looked for here (a Slurm script is written on
     the cluster, whose files are checked here and again on each node). ``command``
-    names the verb in the one-line error a job without ``--steps`` gets.
+    names the verb in the one-line error a job without ``--steps`` gets. ``saves``:
+    what the command line said about the saves; each default it left is sized to the
+    job (ops/jobs/saves.py) and a problem with them is one warning line on stderr.
     """
     from ...device import device_elsewhere
     from .common import refuse_control_characters
@@ -74,14 +80,35 @@ def plan_job(
         from ...runs.run import warn_thin_slack
 
         warn_thin_slack(plan)
-    return JobPlan(plan, spec)
+    if saves is None:
+        return JobPlan(plan, spec)
+    sized = job_saves(plan, spec, saves, visible=not pod_paths)
+    for line in sized.warnings():
+        print(line, file=sys.stderr)
+    spec = spec.replace(checkpoint_interval=sized.interval, keep_checkpoints=sized.keep,
+                        checkpoint_async=sized.mode)  # fmt: skip
+    return JobPlan(plan, spec, sized)
+
+
+def job_saves(plan: Plan, spec: RunSpec, asked: SaveRequest, *, visible: bool) -> Saves:
+    """``spec``'s saves, what ``asked`` left sized to the job (ops/jobs/saves.py)."""
+    from .saves import size_saves, storage_for
+
+    out = spec.out or ""
+    storage = storage_for(out, write_mb_s=asked.write_mb_s, free_gb=asked.free_gb,
+                          visible=visible)  # fmt: skip
+    return size_saves(
+        plan.shape.parameter_count(), storage, nodes=spec.nnodes,
+        step=job_step_s(plan, out, visible=visible), interval=asked.interval,
+        keep=asked.keep, mode=asked.mode, node_mtbf_h=asked.node_mtbf_h,
+    )  # fmt: skip
 
 
 def slurm_job(job: JobPlan, **options: Any) -> str:
     """The Slurm batch script of a planned job (``options``: ``slurm_script``'s)."""
     from .slurm import slurm_script
 
-    return slurm_script(job.spec, on_trn2=job.on_trn2, **options)
+    return slurm_script(job.spec, on_trn2=job.on_trn2, saves=job.saves, **options)
 
 
 def k8s_job(job: JobPlan, *, api: str, **options: Any) -> list[dict]:
@@ -98,3 +125,24 @@ def k8s_job(job: JobPlan, *, api: str, **options: Any) -> list[dict]:
     if api == "pytorchjob":
         return [pytorchjob_manifest(job.spec, on_trn2=job.on_trn2, hyperpod=hyperpod, **options)]
     return trainjob_manifests(job.spec, on_trn2=job.on_trn2, **options)
+
+
+def job_step_s(plan, out: str, *, visible: bool) -> tuple[float, str] | None:
+    """A job's step time: measured in its run folder, else the planner's estimate for
+    its layout on trn2 (its calibration, if ``plan --measure`` wrote one); None on a CPU."""
+    from .saves import measured_step_s
+
+    if visible and (measured := measured_step_s(out)) is not None:
+        return measured[0], f"measured: the median of this run's {measured[1]} steps"
+    if not plan.device.is_trn2:
+        return None
+    from ..planner.machines import get_machine
+    from ..planner.search import evaluate
+
+    spec = plan.spec
+    micro = 1
+    if spec.global_batch_size:  # gradient accumulation: whole microbatches per step
+        micro = spec.global_batch_size // (spec.local_batch_size * plan.world_size // plan.tp)
+    machine = get_machine("trn2")
+    step = evaluate(spec, machine, microbatches=micro).estimate.step_s
+    return step, f"the planner's estimate ({machine.efficiency_source.split(':')[0]} efficiency)"

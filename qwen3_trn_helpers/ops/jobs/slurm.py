@@ -34,20 +34,29 @@ from .common import (
     _local_paths,
     _train_args,
 )
+from .saves import Saves, Storage
+
+#: what SageMaker HyperPod's Slurm clusters have and others do not: AWS's samples enable
+#: ``srun --auto-resume=1`` (HyperPod's Slurm plugin; "Automatic node recovery and
+#: auto-resume", SageMaker developer guide) where this folder exists
+HYPERPOD_MARKER = "/opt/sagemaker_cluster"
 
 #: every trn2 node's setup before the job's steps, as neuronx-distributed-training's
 #: examples/train_setup.sh does it on Slurm: FSx for Lustre's client caps the dirty
 #: cache each connection reserves ("so we avoid OODs", its comment), and the job's port
 #: is reserved so that no outgoing connection takes it as its source port (it reserves
-#: its MASTER_PORT, 41000). Guarded: a node without lctl (no Lustre) or without sudo
-#: rights says so in one warning and goes on; the reservation is added to the node's
-#: list, never replacing it. $1: the job's port.
+#: its MASTER_PORT, 41000). Guarded: a node without lctl (no Lustre client there, or a
+#: container without the host's tools: the script runs this step on the host) or without
+#: sudo rights says so in one warning and goes on; the reservation is added to the
+#: node's list, never replacing it. $1: the job's port.
 NODE_SETUP = (
     "port=$1; node=$(hostname); "
     "if command -v lctl >/dev/null 2>&1; then "
     "sudo -n lctl set_param 'osc.*.max_dirty_mb=64' >/dev/null 2>&1 || "
     'echo "warning: node $node: lctl set_param osc.*.max_dirty_mb=64 refused (no sudo '
-    'rights?); FSx keeps its default" >&2; fi; '
+    'rights?); FSx keeps its default" >&2; '
+    'else echo "warning: node $node: no lctl here (not a Lustre client, or inside a '
+    'container): FSx keeps its default max_dirty_mb" >&2; fi; '
     "reserved=$(sysctl -n net.ipv4.ip_local_reserved_ports 2>/dev/null || true); "
     'case ",$reserved," in *",$port,"*) ;; *) '
     'sudo -n sysctl -w "net.ipv4.ip_local_reserved_ports=${reserved:+$reserved,}$port" '
@@ -64,6 +73,7 @@ def slurm_script(
     workdir: str | None = None,
     container_image: str | None = None,
     fabric_floor: float | None = None,
+    saves: Saves | None = None,
 ) -> str:
     """An sbatch script that runs ``spec`` on ``spec.nnodes`` nodes and survives.
 
@@ -73,6 +83,8 @@ def slurm_script(
     the cluster's interpreter (its venv), by default this one. Both are written as data.
     ``fabric_floor``: the fabric check's floor in GB/s of bus bandwidth per node
     (ops/fabric.py; by default a share of trn2's EFA on trn2, none on a CPU).
+    ``saves``: how the job's saves were sized (ops/jobs/saves.py), said in its header;
+    the time-limit warning then comes as early as a save at that storage's rate needs.
 
     The first allocated node hosts the rendezvous. Its address is the one slurmctld
     reaches it by (NodeAddr), resolved to an IPv4 address on the node itself; never
@@ -92,7 +104,8 @@ def slurm_script(
     spec = spec.replace(out=os.path.normpath(os.path.join(workdir, spec.out)))
     name = f"qwen3-trn-{spec.variant}".replace("_", "-")
     q = shlex.quote
-    warning = time_limit_warning(spec, on_trn2)
+    warning = time_limit_warning(spec, on_trn2, saves.storage if saves else None)
+    sizing = [f"# {line}" for line in saves.describe()] if saves else []
     lines = [
         "#!/bin/bash",
         f"# qwen3-trn on {spec.nnodes} nodes x {spec.nproc} ranks: one Slurm task per node, "
@@ -106,6 +119,7 @@ def slurm_script(
         "# (preemption, a failed node, the time limit) reruns this same script and goes on.",
         f"# torchrun restarts a node's failed ranks up to {spec.max_restarts} times "
         "(--max-restarts).",
+        *sizing,
         f"#SBATCH --job-name={name}",
         f"#SBATCH --nodes={spec.nnodes}",
         "#SBATCH --ntasks-per-node=1",
@@ -188,24 +202,43 @@ def slurm_script(
             "# every node's setup, as neuronx-distributed-training's train_setup.sh: FSx's",
             "# dirty cache per connection capped (lctl set_param osc.*.max_dirty_mb=64),",
             "# the job's port reserved (net.ipv4.ip_local_reserved_ports); a node without",
-            "# lctl or sudo rights warns and goes on",
-            f'srun --ntasks-per-node=1 bash -c {q(NODE_SETUP)} setup "$port"',
+            "# lctl or sudo rights warns and goes on"
+            + (
+                "; on the host, not in the container (command srun:\n# without Pyxis' "
+                "image), where lctl and the node's sysctl are"
+                if container_image is not None
+                else ""
+            ),
+            f"{'command srun' if container_image is not None else 'srun'} "
+            f'--ntasks-per-node=1 bash -c {q(NODE_SETUP)} setup "$port"',
         ]
     lines += [
         "",
-        'fabric_out="$PWD/qwen3-trn-$SLURM_JOB_ID-fabric"  # beside the log',
+        "# the fabric check's logs beside the run folder, on the shared storage every",
+        "# node (and, under Pyxis, every container) mounts",
+        'fabric_out="$out-fabric-$SLURM_JOB_ID"',
         'cd -- "$workdir"',
     ]
     lines += _fabric_lines(spec, on_trn2, container_image is None, fabric_floor)
     cmd = ["-m", "qwen3_trn_helpers", "train", *_train_args(spec, leave_out=("out",))]
     lines += [
         "",
+        "# SageMaker HyperPod: where the cluster has it, its auto-resume reruns this step",
+        "# on a replaced node after a hardware fault (the run resumes: --resume auto), as",
+        "# AWS's torchtitan sbatch does (awsome-distributed-training, 3.test_cases/",
+        "# pytorch/torchtitan/slurm); a plain Slurm has no such srun flag",
+        f"hyperpod_marker={HYPERPOD_MARKER}",
+        'auto_resume=""',
+        'if [ -d "$hyperpod_marker" ]; then',
+        '  auto_resume="--auto-resume=1"; echo "HyperPod cluster: srun --auto-resume=1"',
+        "fi",
         "# one task per node; a failing node stops the others (--kill-on-bad-exit), and",
         "# scancel's SIGTERM reaches every rank through qwen3-trn and torchrun",
-        'srun --kill-on-bad-exit=1 --ntasks-per-node=1 "$python" \\',
+        'srun ${auto_resume:+"$auto_resume"} --kill-on-bad-exit=1 --ntasks-per-node=1 \\',
+        '  "$python" \\',
         f"  {shlex.join(cmd)} \\",
         '  --out "$out" --rdzv-endpoint "$head_ip:$port" &',
-        "srun_pid=$!",
+        "srun_pid=$! attempt_start=$(date +%s)",
         "# wait again after the USR1 trap interrupts wait; the job's status is srun's",
         'status=0; wait "$srun_pid" || status=$?',
         'while kill -0 "$srun_pid" 2>/dev/null; do status=0; wait "$srun_pid" || status=$?; done',
@@ -215,10 +248,34 @@ def slurm_script(
         '  echo "requeueing: the run saved its step before the time limit"',
         '  scontrol requeue "$SLURM_JOB_ID" || true  # (|| true: the backstop was first)',
         "fi",
+        *_hang_requeue_lines(spec),
         'exit "$status"',
         "",
     ]
     return "\n".join(lines)
+
+
+#: a job the watchdog stopped is requeued this many times at most (a step that hangs
+#: every time is a bug to look at, not to retry)
+HANG_REQUEUES = 3
+
+
+def _hang_requeue_lines(spec: RunSpec) -> list[str]:
+    """Requeue an attempt the watchdog stopped (training/watchdog.py: a step outlasted
+    --hang-timeout; every rank's stack is in $out/ranks, its record written there)."""
+    if not spec.hang_timeout:
+        return []
+    return [
+        f"# a step outlasted --hang-timeout ({spec.hang_timeout} s): the watchdog saved each",
+        "# rank's stack in $out/ranks and stopped the run; go again from the last checkpoint",
+        'hung="$out/ranks/watchdog.json"',
+        'if [ -z "$time_limit_near" ] && [ -e "$hung" ] && '
+        '[ "$(stat -c %Y "$hung")" -ge "$attempt_start" ] && '
+        f'[ "${{SLURM_RESTART_COUNT:-0}}" -lt {HANG_REQUEUES} ]; then',
+        '  echo "requeueing: the watchdog stopped a hung step (stacks: $out/ranks)"',
+        '  scontrol requeue "$SLURM_JOB_ID" || true',
+        "fi",
+    ]
 
 
 # Slurm signals the batch script ahead of the time limit (--signal=B:USR1@LEAD): the
@@ -233,6 +290,7 @@ class TimeLimitWarning:
     checkpoint_bytes: int
     write_mb_s: float
     lead_s: int
+    write_source: str = "AWS's sample FSx for Lustre: 1.2 TiB at 250 MB/s/TiB"
 
     def trap_lines(self) -> list[str]:
         """The batch script's USR1 trap: ask every rank to save and stop (the run
@@ -246,8 +304,7 @@ class TimeLimitWarning:
         return [
             f"# the time limit is near (USR1, {self.lead_s} s ahead: the checkpoint is "
             f"~{self.checkpoint_bytes / 1e9:.3g} GB, ~{save_s:.0f} s",
-            f"# to write at {self.write_mb_s:.0f} MB/s, AWS's sample FSx for Lustre: 1.2 "
-            "TiB at 250 MB/s/TiB;",
+            f"# to write at {self.write_mb_s:.0f} MB/s, {self.write_source};",
             "# x1.5, plus 120 s for the step in flight; a faster file system can take less):",
             "# every rank saves its current step and leaves cleanly (the stop file below,",
             "# which rank 0 looks for at each step's end), then the job is requeued",
@@ -268,9 +325,12 @@ class TimeLimitWarning:
         ]
 
 
-def time_limit_warning(spec: RunSpec, on_trn2: bool) -> TimeLimitWarning:
+def time_limit_warning(
+    spec: RunSpec, on_trn2: bool, storage: Storage | None = None
+) -> TimeLimitWarning:
     """The warning ``spec``'s job needs: its model's checkpoint size, planned as the
-    job will run (the preset a trn2 job resolves to), at the sample FSx throughput."""
+    job will run (the preset a trn2 job resolves to), at ``storage``'s write rate (the
+    job's sized saves: ops/jobs/saves.py), else the sample FSx throughput."""
     from ...device import DEVICES, as_device
     from ...training.plan import plan_run
     from ...training.stopping import FSX_SAMPLE_WRITE_MB_S, checkpoint_bytes, signal_lead_s
@@ -279,7 +339,10 @@ def time_limit_warning(spec: RunSpec, on_trn2: bool) -> TimeLimitWarning:
     named = spec.device in DEVICES
     device = as_device(spec.device) if named else DEVICES["neuron" if on_trn2 else "cpu"]
     nbytes = checkpoint_bytes(plan_run(spec, device_type=device).shape.parameter_count())
-    return TimeLimitWarning(nbytes, FSX_SAMPLE_WRITE_MB_S, signal_lead_s(nbytes))
+    if storage is None:
+        return TimeLimitWarning(nbytes, FSX_SAMPLE_WRITE_MB_S, signal_lead_s(nbytes))
+    rate = storage.write_mb_s
+    return TimeLimitWarning(nbytes, rate, signal_lead_s(nbytes, rate), storage.write_source)
 
 
 def _fabric_lines(spec: RunSpec, on_trn2: bool, on_host: bool, floor: float | None) -> list[str]:
@@ -290,14 +353,14 @@ def _fabric_lines(spec: RunSpec, on_trn2: bool, on_host: bool, floor: float | No
     store listens with SO_REUSEADDR, so the port is free again; a second port
     (``port + 2`` before) was one more to collide with another job's on the same host.
     ``on_host``: the steps run on the nodes themselves, not in a container, so trn2's
-    nodes may have Neuron's nccom-test, which then measures instead."""
+    nodes may have Neuron's nccom-test, which then measures instead (ops/fabric.py)."""
     from ..fabric import FLOOR_FRACTION, NEURON_BYTES
 
     floor_flag = [] if floor is None else ["--fabric-floor", f"{floor:g}"]
     where = (
         f"floor {floor:g} GB/s (--fabric-floor)"
         if floor is not None
-        else f"floor {FLOOR_FRACTION:.0%} of trn2's 3.2 Tbps EFA"
+        else f"floor {FLOOR_FRACTION:.0%} of each node's own EFA (its instance type's)"
         if on_trn2
         else "no floor on a CPU unless --fabric-floor"
     )
@@ -319,14 +382,21 @@ def _fabric_lines(spec: RunSpec, on_trn2: bool, on_host: bool, floor: float | No
     nccom_floor = [] if floor is None else ["--floor", f"{floor:g}"]
     return [
         "",
-        "# Neuron's own collectives benchmark where it is installed: nccom-test between",
-        "# each pair of nodes, from this node (it reaches the others over ssh)",
+        "# Neuron's own collectives benchmark where it is installed: first every node's",
+        "# EFA devices against its instance type's (a node with some down fails here,",
+        "# by name), then nccom-test over every node at once through srun (its",
+        "# --slurm-mode, on this job's allocation: no MPI or ssh); below the floor, the",
+        "# per-node check (the package's own, below) names the node, and the job stops",
         "if command -v nccom-test >/dev/null 2>&1; then",
-        '  node_ips=$(for h in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do',
-        "    getent ahostsv4 \"$h\" | awk 'NR == 1 {print $1}'; done)",
-        f'  "$python" -m qwen3_trn_helpers.ops.fabric nccom --nproc {spec.nproc} '
-        f"--bytes {NEURON_BYTES} \\",
-        f'    --port "$port" {"".join(f"{a} " for a in nccom_floor)}$node_ips',
+        '  srun --ntasks-per-node=1 --kill-on-bad-exit=1 "$python" \\',
+        "    -m qwen3_trn_helpers.ops.fabric efa",
+        f'  if ! "$python" -m qwen3_trn_helpers.ops.fabric nccom --nproc {spec.nproc} '
+        f"--nnodes {spec.nnodes} \\",
+        f"      --bytes {NEURON_BYTES} {''.join(f'{a} ' for a in nccom_floor)}"
+        '--job-id "$SLURM_JOB_ID"; then',
+        *("    " + line for line in smoke),
+        "    exit 1",
+        "  fi",
         "else",
         *("  " + line for line in smoke),
         "fi",

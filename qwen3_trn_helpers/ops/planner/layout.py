@@ -10,15 +10,18 @@ from typing import Any
 
 from ...training.memory import MemoryEstimate
 from ...training.spec import RunSpec
-from ...trn2 import PLANNING_HEADROOM
 from .cost import StepEstimate
-from .machines import PLAN_HEADROOM, Machine
+from .machines import PLANNER_MARGIN, Machine
 from .models import PlannedModel
 
-#: two estimates closer than this are a tie: the model is not finer than that, and a tie
-#: goes to HSDP (AWS's practice: FSDP on NeuronLink, replicas across EFA), then to less
-#: memory
-TIE = 0.01
+#: two estimates closer than this are a tie: the model is not finer than that. Its
+#: layouts of one model on one machine share the compute term and differ in their
+#: collectives, and on published runs it predicts how those scale (torchtitan's 8B at
+#: 128 GPUs from the fit at 8: tests/ops/planner/backtest.py) to within 2.5%; a test
+#: holds this above every such held-out error. A tie goes to more HSDP replicas (their
+#: FSDP rings stay shorter, so the least certain term, the network's per-step latency,
+#: which Neuron does not publish, weighs least), then to less memory.
+TIE = 0.03
 
 
 @dataclass(frozen=True)
@@ -35,8 +38,22 @@ class Candidate:
     activation_checkpoint: str
     local_batch: int
     seq_len: int
-    limit_gib: float  # what the planner lets a rank use (PLAN_HEADROOM of usable)
+    limit_gib: float  # what the planner lets a rank use (PLANNER_MARGIN of usable)
     spec: RunSpec | None = None  # the run that trains it (a preset on trn2 or this CPU)
+    nodes: int = 1
+
+    @property
+    def nodes_per_replica(self) -> int:
+        """Nodes one model replica (one FSDP group of TP groups) spans."""
+        return max(self.nodes // self.dp_replicate, 1)
+
+    def sharding_words(self) -> str:
+        """Where its FSDP runs, in words: inside a node, or over how many nodes."""
+        span = self.nodes_per_replica
+        where = "inside a node" if span == 1 else f"over {span} nodes"
+        if self.dp_replicate == 1:
+            return f"one copy sharded {where}"
+        return f"{self.dp_replicate} replicas, each sharded {where}"
 
     @property
     def fits(self) -> bool:
@@ -118,6 +135,7 @@ class LayoutPlan:
     larger_batch: int = 0  # layouts whose one microbatch is already over the global batch
     excluded: list[str] = field(default_factory=list)
     lr_note: str = ""
+    batch_note: str = ""  # where the global batch came from (ops/planner/batch.py)
     free_gib: float | None = None  # a CPU plan: this machine's free memory
 
     @property
@@ -128,22 +146,66 @@ class LayoutPlan:
     def ranks(self) -> int:
         return self.nodes * self.machine.ranks_per_node
 
-    def command(self, candidate: Candidate | None = None) -> str:
-        """The command that trains ``candidate`` (the best): train on one node, a Slurm
-        script for several; none for a model or machine this package does not train."""
+    def commands(self, candidate: Candidate | None = None) -> list[str]:
+        """The commands that train ``candidate`` (the best), each runnable as printed:
+        ``train`` on one node; on several trn2 nodes a Slurm script, after the ``data
+        prepare`` that puts a hub corpus on shared storage (a job's ranks do not stream
+        it: ops/jobs/plan.py refuses that); none for a model or machine this package does
+        not train."""
         import shlex
 
         c = candidate or self.best
         if c.spec is None:
-            return (
+            return [
                 "(no command: this package trains its Qwen3 presets on trn2 or a CPU; "
                 f"{self.model.name} on {self.machine.key} is an estimate only)"
-            )
-        verb = "train" if self.nodes == 1 or not self.machine.device.is_trn2 else "slurm"
-        argv = c.spec.to_argv()
-        if verb == "slurm" and "--steps" not in argv:  # a job file states its length
-            argv = ["--steps", str(c.spec.steps), *argv]
-        return shlex.join(["qwen3-trn", verb, *argv])
+            ]
+        if self.nodes == 1 or not self.machine.device.is_trn2:
+            return [shlex.join(["qwen3-trn", "train", *c.spec.to_argv()])]
+        from ...data.corpus import is_local
+        from ...model.presets import get_preset
+
+        spec, first = c.spec, []
+        corpus = spec.corpus or get_preset(spec.preset).corpus
+        if not is_local(corpus):  # the hub's: prepared once, on storage every node sees
+            folder = f"{spec.out}-data"
+            tokens = spec.steps * self.global_batch_tokens
+            first = [shlex.join(["qwen3-trn", "data", "prepare", "--corpus", corpus,
+                                 "--out", folder, "--max-tokens", str(tokens)])]  # fmt: skip
+            spec = spec.replace(corpus=folder)
+        argv = spec.to_argv()
+        if "--steps" not in argv:  # a job file states its length
+            argv = ["--steps", str(spec.steps), *argv]
+        return [*first, shlex.join(["qwen3-trn", "slurm", *argv])]
+
+    def command(self, candidate: Candidate | None = None) -> str:
+        """The last of :meth:`commands`: the one that trains."""
+        return self.commands(candidate)[-1]
+
+    def saves(self):
+        """The best layout's saves, sized as a job file sizes them (ops/jobs/saves.py)
+        on the storage the job files assume (a Slurm script sizes them again where its
+        --out lies)."""
+        from ..jobs.saves import size_saves, storage_for
+
+        c = self.best
+        return size_saves(
+            self.model.parameters, storage_for("", visible=False), nodes=self.nodes,
+            step=(c.estimate.step_s, "the estimate above"),
+        )  # fmt: skip
+
+    def saves_lines(self) -> list[str]:
+        """What the plan says of its saves: one line, then a warning line per problem."""
+        saves = self.saves()
+        cost = f", {saves.cost_words()}" if saves.cost_words() else ""
+        line = (
+            f"saves: every {saves.interval} steps (~{saves.interval_s / 60:,.0f} min, "
+            f"Young/Daly at a {saves.job_mtbf_s / 3600:,.0f} h mean time between failures), "
+            f"keep {saves.keep}, {saves.mode}{cost}; {saves.checkpoint_bytes / 1e9:,.3g} GB "
+            f"each, {saves.disk_bytes / 1e9:,.0f} GB on disk ({saves.storage.free_source}); "
+            "the job file sizes them again where --out lies"
+        )
+        return [line, *saves.warnings()]
 
     def runner_up_reason(self) -> str:
         """Why the second candidate lost, term by term."""
@@ -156,12 +218,12 @@ class LayoutPlan:
         if self.free_gib is not None:
             return (
                 f"{c.memory.total_gib:.1f} GiB per rank x {c.world} of this machine's "
-                f"{self.free_gib:.1f} GiB free; a plan may use {PLAN_HEADROOM:.0%} of "
-                f"{PLANNING_HEADROOM:.0%}"
+                f"{self.free_gib:.1f} GiB free (what a CPU run may use); the planner's "
+                f"margin: {PLANNER_MARGIN:.0%} of it"
             )
         return (
             f"{c.memory.total_gib:.1f} GiB per rank, limit {c.limit_gib:.1f} "
-            f"({PLAN_HEADROOM:.0%} of the {c.memory.usable_gib:.1f} usable)"
+            f"({PLANNER_MARGIN:.0%} of the {c.memory.usable_gib:.1f} usable)"
         )
 
     def header(self) -> str:
@@ -175,7 +237,7 @@ class LayoutPlan:
             f"ranks ({self.nodes} nodes x {self.machine.ranks_per_node}), seq {self.seq_len}, "
             f"global batch {self.global_batch_tokens:,} tokens, "
             f"{'compiled' if self.compiled else 'eager'}{calibrated}: {self.considered} "
-            f"layouts, {self.rejected} over {PLAN_HEADROOM:.0%} of usable memory, "
+            f"layouts, {self.rejected} over {PLANNER_MARGIN:.0%} of usable memory, "
             f"{self.larger_batch} over the global batch, {len(self.candidates)} fit"
         )
 
@@ -202,9 +264,12 @@ class LayoutPlan:
             "rejected_batch": self.larger_batch,
             "excluded": self.excluded,
             "lr": self.lr_note,
+            "global_batch": self.batch_note,
             "candidates": [c.to_json() for c in self.candidates[:top]],
             "command": self.command(),
+            "commands": self.commands(),
             "runner_up": self.runner_up_reason(),
+            "saves": self.saves_lines(),
         }
 
     def render(self, top: int) -> str:
@@ -221,9 +286,11 @@ class LayoutPlan:
             *[f"not considered: {why}" for why in self.excluded],
             f"best: {self.best.label()} ({self.fit_text(self.best)})",
             f"why not the runner-up: {self.runner_up_reason()}",
+            *([f"global batch: {self.batch_note}"] if self.batch_note else []),
             *([f"lr: {self.lr_note}"] if self.lr_note else []),
+            *self.saves_lines(),
             "",
-            self.command(),
+            *self.commands(),
         ]
         return "\n".join(lines)
 
@@ -249,12 +316,17 @@ def why_slower(a: Candidate, b: Candidate) -> str:
     ta, tb = _per_k_tokens(a), _per_k_tokens(b)
     if ties(a, b):
         if a.dp_replicate > b.dp_replicate:
-            rule = "HSDP goes first (replicas across nodes, FSDP inside)"
-        else:
+            rule = (
+                f"more HSDP replicas go first ({a.sharding_words()}, against "
+                f"{b.sharding_words()}): shorter FSDP rings"
+            )
+        elif a.memory.total_gib < b.memory.total_gib:
             rule = (
                 f"it needs more memory ({b.memory.total_gib:.1f} vs "
                 f"{a.memory.total_gib:.1f} GiB per rank)"
             )
+        else:
+            rule = f"its estimate is {100 * (1 - b.tokens_per_s / a.tokens_per_s):.1f}% lower"
         return (
             f"({b.label()}) ties on the estimate (within {TIE:.0%}, finer than the model "
             f"can tell); {rule}"

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ...device import DEVICES, Device, as_device
+from ...files import MiB, read_json
 from ...trn2 import (
     EFA_GBIT_S_PER_NODE,
     HBM_GIB_PER_CHIP,
@@ -21,10 +22,11 @@ from ...trn2 import (
     Topology,
 )
 
-#: A planned layout may fill at most this share of the memory a run may use
-#: (``MemoryEstimate.usable_gib``, 90% of HBM, the rule ``train`` applies): the rest of
-#: it is the planner's margin for what the estimate does not see.
-PLAN_HEADROOM = 0.9
+#: The planner's own margin: a planned layout may fill at most this share of what a run
+#: may use (``MemoryEstimate.usable_gib``: ``trn2.RUN_HBM_SHARE`` of a core's HBM, the rule
+#: ``train`` applies; on a CPU, its free memory, the CPU run's rule). The rest is room for
+#: what the estimate does not see. One meaning, one name: the run's share is another.
+PLANNER_MARGIN = 0.9
 #: Per-step latency of a ring step, microseconds. NCCL's own tuning model
 #: (NVIDIA/nccl src/graph/tuning.cc, ``hwLat``, Ring / Simple protocol, the one large
 #: messages use): 3.4 us over NVLink, 14 us over the network.
@@ -41,10 +43,19 @@ MAX_NODES = 4096
 #: directions (same datasheet), 450 one way.
 H100_TFLOPS = 989.0
 NVLINK4_GB_S = 450.0
+#: What a ring over an H100's NVLink carries, as NCCL itself models it: 20.6 GB/s per
+#: NVLink link on Hopper (NVIDIA/nccl src/graph/topo.h, ``SM90_NVLINK_BW``; topo.cc
+#: connects a GPU to its NVSwitches at links x that) x the H100 SXM's 18 NVLink links
+#: (H100 datasheet: "18 NVLink connections") = 370.8 GB/s, 82% of the datasheet's 450 one
+#: way. The cost model's collectives inside an H100 node use it: derived, not fitted
+#: (torchtitan's TP rows in tests/ops/planner/backtest.py are predictions).
+NCCL_SM90_NVLINK_GB_S_PER_LINK = 20.6
+H100_NVLINK_LINKS = 18
+H100_RING_GB_S = NCCL_SM90_NVLINK_GB_S_PER_LINK * H100_NVLINK_LINKS
 #: Efficiency fitted on torchtitan's published Llama 3.1 8B runs (backtest.py,
 #: ``FITTED_ON``): the share of the peak that makes the model's tokens/s equal the
 #: 8-GPU row's, eager and compiled. Every other row is a prediction.
-H100_EFFICIENCY = {"eager": 0.396, "compiled": 0.458}
+H100_EFFICIENCY = {"eager": 0.396, "compiled": 0.459}
 H100_EFFICIENCY_SOURCE = (
     "fitted: torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Table 1 (8B, 8 GPUs: "
     "FSDP eager 5,762, + torch.compile 6,667 tokens/s/GPU); other rows predicted"
@@ -109,8 +120,8 @@ class Machine:
              "value": "selective 1/6, full 2/6", "source": "forward is 2 of 6 (Narayanan 2021)"},
             {"constant": "TP collectives per block", "value": "8 / 10 / 12 (none/sel./full)",
              "source": "sequence parallel (Korthikanti 2022)"},
-            {"constant": "planner headroom", "value": f"{PLAN_HEADROOM:.0%} of usable memory",
-             "source": "margin for what the memory estimate does not see"},
+            {"constant": "planner margin", "value": f"{PLANNER_MARGIN:.0%} of usable memory",
+             "source": "room for what the memory estimate does not see"},
         ]  # fmt: skip
 
 
@@ -124,14 +135,15 @@ def _h100(key: str, name: str, hbm_gib: float, inter_gb_s: float, hbm_source: st
         peak_tflops=H100_TFLOPS,
         hbm_gib=hbm_gib,
         runtime_gib=0.0,  # the CUDA context is outside torch's reserved memory
-        intra=Link(NVLINK4_GB_S, NVLINK_LATENCY_US),
+        intra=Link(H100_RING_GB_S, NVLINK_LATENCY_US),
         inter=Link(inter_gb_s, NET_LATENCY_US),
         efficiency=dict(H100_EFFICIENCY),
         efficiency_source=H100_EFFICIENCY_SOURCE,
         sources={
             "peak": "NVIDIA H100 SXM datasheet: 989 dense BF16 TFLOPS",
             "hbm": hbm_source,
-            "intra": "NVLink 4: 900 GB/s per GPU, both directions (H100 datasheet)",
+            "intra": f"NCCL's ring over NVLink 4: 18 links x {NCCL_SM90_NVLINK_GB_S_PER_LINK} GB/s "
+            "(nccl src/graph/topo.h SM90_NVLINK_BW; the datasheet's peak: 450 one way)",
             "inter": "network per node (see the machine's name)",
             "latency": "NCCL src/graph/tuning.cc hwLat, Ring/Simple: NVLink 3.4, net 14",
         },
@@ -221,7 +233,7 @@ def default_machine_key(device: Device | str) -> str:
 #: --machine choices, each described in one line (the CLI's help)
 MACHINES = {
     "trn2": "trn2.48xlarge: 16 Trainium2, 64 ranks at LNC 2, EFAv3 3.2 Tbps",
-    "trn2u": "trn2 UltraServer: 4 trn2.48xlarge on one NeuronLink domain (--nodes counts "
+    "trn2u": "trn2 UltraServer: 4 trn2.48xlarge on one NeuronLink domain (--nnodes counts "
     "instances, a multiple of 4)",
     "h100": "8 x H100 SXM 80 GB, NVLink 4, 3.2 Tbps network (p5.48xlarge)",
     "h100-96gb": "8 x H100 96 GB HBM2e (Meta's Grand Teton, torchtitan's benchmarks), 400 "
@@ -278,7 +290,7 @@ def apply_calibration(machine: Machine) -> Machine:
     """``machine`` with the efficiencies measured on it, if a calibration file holds any."""
     path = calibration_path()
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path, limit=16 * MiB, fix="", want=None)  # (files.py: no pipe, ...)
     except (OSError, ValueError):
         return machine
     if not isinstance(data, dict):
@@ -309,7 +321,7 @@ def write_calibration(machine: Machine, compiled: bool, efficiency: float, detai
     """Record a measured efficiency for ``machine``; later plans on it use it."""
     path = calibration_path()
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path, limit=16 * MiB, fix="", want=None)  # (files.py: no pipe, ...)
     except (OSError, ValueError):
         data = {}
     entry = {"efficiency": efficiency, "peak_tflops": machine.peak_tflops, **detail}

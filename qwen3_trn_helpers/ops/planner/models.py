@@ -10,11 +10,10 @@ only (2 x head_dim weights per layer: 8,192 of 8.03 billion at Llama 3.1 8B).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import ConfigError
+from ...model.config_check import experts_field, read_config_json
 from ...model.shapes import Qwen3Shape, active_parameter_count
 
 #: model_type values read, with the config keys of their experts
@@ -59,52 +58,34 @@ def load_model(text: str) -> PlannedModel:
     return PlannedModel(name, preset.shape, preset.name, arch, f"preset {preset.name}")
 
 
-def _positive(cfg: dict, key: str, where: Path, default: int | None = None) -> int:
-    value = cfg.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"{where}: {key} must be a positive integer, got {value!r}")
-    return value
-
-
 def from_config_json(path: Path) -> PlannedModel:
-    """Read a Hugging Face config.json into the planner's shape (see the module docstring)."""
+    """Read a Hugging Face config.json into the planner's shape (see the module docstring),
+    its numbers checked first (model/config_check.py)."""
     file = path / "config.json" if path.is_dir() else path
-    try:
-        cfg = json.loads(file.read_text())
-    except OSError:
-        raise ConfigError(
-            f"{file} not found: --model takes a Qwen3 name or a config.json"
-        ) from None
-    except ValueError as e:
-        raise ConfigError(f"{file} is not valid JSON ({e})") from None
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"{file} holds no JSON object")
-    arch = cfg.get("model_type")
-    if arch not in ARCHITECTURES:
-        raise ConfigError(
-            f"{file}: model_type {arch!r} is not one the planner reads ({', '.join(ARCHITECTURES)})"
-        )
-    dim = _positive(cfg, "hidden_size", file)
-    heads = _positive(cfg, "num_attention_heads", file)
+    fix = "--model takes a Qwen3 name or a model's config.json"
+    cfg = read_config_json(file, ARCHITECTURES, training=False, fix=fix)
+    arch = cfg["model_type"]
+    dim = cfg["hidden_size"]
+    heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or dim // heads
     moe = {}
     if arch in ("qwen3_moe", "mixtral"):
-        experts_key = "num_experts" if arch == "qwen3_moe" else "num_local_experts"
+        experts_key = experts_field(cfg)
         expert_dim_key = "moe_intermediate_size" if arch == "qwen3_moe" else "intermediate_size"
         moe = dict(
-            n_experts=_positive(cfg, experts_key, file),
-            top_k=_positive(cfg, "num_experts_per_tok", file),
-            moe_hidden_dim=_positive(cfg, expert_dim_key, file),
+            n_experts=cfg[experts_key],
+            top_k=cfg["num_experts_per_tok"],
+            moe_hidden_dim=cfg[expert_dim_key],
         )
     shape = Qwen3Shape(
         dim=dim,
-        n_layers=_positive(cfg, "num_hidden_layers", file),
+        n_layers=cfg["num_hidden_layers"],
         n_heads=heads,
-        n_kv_heads=_positive(cfg, "num_key_value_heads", file, heads),
-        head_dim=_positive({"head_dim": head_dim}, "head_dim", file),
-        hidden_dim=_positive(cfg, "intermediate_size", file),
-        vocab_size=_positive(cfg, "vocab_size", file),
-        max_seq_len=min(_positive(cfg, "max_position_embeddings", file, 4096), 262144),
+        n_kv_heads=cfg.get("num_key_value_heads") or heads,
+        head_dim=head_dim,
+        hidden_dim=cfg["intermediate_size"],
+        vocab_size=cfg["vocab_size"],
+        max_seq_len=min(cfg.get("max_position_embeddings", 4096), 262144),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         **moe,
     )

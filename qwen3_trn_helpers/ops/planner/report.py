@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 from typing import Any
 
 from ...errors import ConfigError
 from .machines import CPU_MACHINE, default_machine_key
+from .request import PlanRequest
 
 #: the most ranks a CPU plan may start per core (gloo ranks beyond that only wait)
 CPU_RANKS_PER_CORE = 1
 
 
-def check_arguments(args: argparse.Namespace, machine_key: str) -> None:
+def check_arguments(args: PlanRequest, machine_key: str) -> None:
     """Refuse what this machine or the model cannot have, in one line naming the limit."""
     if args.nproc is not None and machine_key != CPU_MACHINE:
         raise ConfigError(
@@ -27,10 +27,10 @@ def check_arguments(args: argparse.Namespace, machine_key: str) -> None:
                 f"--nproc {args.nproc} is more ranks than this machine's {cores} CPU cores; "
                 f"give --nproc {cores} or fewer"
             )
-    if args.measure and args.nodes > 1:
+    if args.measure and args.nnodes > 1:
         raise ConfigError(
             "plan --measure trains the candidates on this machine only: time them with "
-            "--nodes 1 (the layout inside a node), or run the printed slurm command"
+            "--nnodes 1 (the layout inside a node), or run the printed slurm command"
         )
     if args.measure and machine_key in ("trn2", "trn2u"):
         from ...device import resolve
@@ -49,7 +49,7 @@ def check_arguments(args: argparse.Namespace, machine_key: str) -> None:
         )
 
 
-def plan_command(args: argparse.Namespace) -> tuple[str, bool]:
+def plan_command(args: PlanRequest) -> tuple[str, bool]:
     """The output of ``qwen3-trn plan`` and whether its checks passed."""
     from ...tables import Table
     from ...training.metrics_file import strict_json
@@ -77,7 +77,7 @@ def plan_command(args: argparse.Namespace) -> tuple[str, bool]:
         )
     if args.layout is not None:
         _, machine, c = plan_given_layout(
-            model, args.layout, nodes=args.nodes, machine=machine_key, seq_len=args.seq_len,
+            model, args.layout, nodes=args.nnodes, machine=machine_key, seq_len=args.seq_len,
             compiled=args.compile, global_batch_tokens=args.global_batch_tokens,
             nproc=args.nproc,
         )  # fmt: skip
@@ -86,9 +86,9 @@ def plan_command(args: argparse.Namespace) -> tuple[str, bool]:
             "parameters": model.parameters,
             "active_parameters": model.active_parameters,
             "machine": machine.name,
-            "nodes": args.nodes,
+            "nodes": args.nnodes,
             "ranks_per_node": machine.ranks_per_node,
-            "ranks": args.nodes * machine.ranks_per_node,
+            "ranks": args.nnodes * machine.ranks_per_node,
             "compiled": args.compile,
             "calibration": machine.calibrated,
             "constants": machine.constants(),
@@ -97,12 +97,12 @@ def plan_command(args: argparse.Namespace) -> tuple[str, bool]:
         if args.json:
             return strict_json(data, indent=2), True
         text = [
-            f"{model.describe()} on {args.nodes} x {machine.name} = "
-            f"{data['ranks']} ranks ({args.nodes} nodes x {machine.ranks_per_node}), "
+            f"{model.describe()} on {args.nnodes} x {machine.name} = "
+            f"{data['ranks']} ranks ({args.nnodes} nodes x {machine.ranks_per_node}), "
             f"seq {c.seq_len}, {'compiled' if args.compile else 'eager'}: {c.label()}",
             str(Table([c.row(1)])),
             f"memory: {c.memory.total_gib:.1f} GiB per rank, limit {c.limit_gib:.1f}"
-            + ("" if c.fits else ": OVER the planner's headroom"),
+            + ("" if c.fits else ": OVER the planner's margin"),
             str(Table([c.memory.row()])),
             "cost-model constants:",
             str(Table(machine.constants())),
@@ -110,13 +110,14 @@ def plan_command(args: argparse.Namespace) -> tuple[str, bool]:
         return "\n".join(text), True
     plan = plan_layouts(
         model,
-        args.nodes,
+        args.nnodes,
         seq_len=args.seq_len,
         local_batch=args.local_batch_size,
         machine=machine_key,
         nproc=args.nproc,
         compiled=args.compile,
         global_batch_tokens=args.global_batch_tokens,
+        corpus=args.corpus,
     )
     ok = True
     data: dict[str, Any] = plan.to_json(args.top)
@@ -149,7 +150,7 @@ def plan_command(args: argparse.Namespace) -> tuple[str, bool]:
             f"{plan.machine.mfu_efficiency(plan.compiled):.4f}) written to {path}; later "
             f"plans on {plan.machine.key} use it"
         )
-        text += ["", plan.command(fastest)]
+        text += ["", *plan.commands(fastest)]
     if args.json:
         return strict_json(data, indent=2), ok
     return "\n".join(text), ok

@@ -7,22 +7,20 @@ accumulation makes up the rest). For a package preset on trn2 or this CPU each
 candidate is a :class:`RunSpec` planned by the same ``plan_run`` a training run uses,
 so its memory estimate is the one ``train`` checks (training/memory.py) and its command
 trains exactly it; any other model (a config.json) or machine gets the same memory
-model with the machine's HBM, and no command. Layouts over ``PLAN_HEADROOM`` of the
+model with the machine's HBM, and no command. Layouts over ``PLANNER_MARGIN`` of the
 usable memory are dropped; the rest are ranked by the step-time model (ops/planner/cost.py),
 HSDP first among ties.
 """
 
 from __future__ import annotations
 
-import math
-
 from ...errors import ConfigError
 from ...training.memory import MemoryEstimate, estimate_memory
 from ...training.spec import ACTIVATION_CHECKPOINTING, RunSpec
-from ...trn2 import PLANNING_HEADROOM
+from .batch import batch_note, default_batch_tokens, lr_note, scaled_lr
 from .cost import estimate_step
 from .layout import Candidate, LayoutPlan, rank_candidates
-from .machines import PLAN_HEADROOM, Machine, default_machine_key, get_machine
+from .machines import PLANNER_MARGIN, Machine, default_machine_key, get_machine
 from .models import PlannedModel, load_model
 
 LOCAL_BATCHES = (1, 2, 4, 8)
@@ -70,16 +68,16 @@ def check_nodes(nodes: object, machine: Machine) -> int:
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
         raise ConfigError(f"nodes must be a positive integer, got {nodes!r}")
     if machine.device.is_cpu and nodes != 1:
-        raise ConfigError("a CPU plan is for this machine: --nodes 1 (and --nproc N ranks)")
+        raise ConfigError("a CPU plan is for this machine: --nnodes 1 (and --nproc N ranks)")
     if nodes > machine.max_nodes:
         raise ConfigError(
-            f"--nodes {nodes} is over the planner's limit of {machine.max_nodes} nodes "
+            f"--nnodes {nodes} is over the planner's limit of {machine.max_nodes} nodes "
             f"({machine.max_nodes * machine.ranks_per_node:,} ranks of {machine.key}): "
             "plan a real cluster's size"
         )
     if machine.nodes_per_domain > 1 and nodes % machine.nodes_per_domain:
         raise ConfigError(
-            f"--nodes {nodes} on {machine.key}: an UltraServer is {machine.nodes_per_domain} "
+            f"--nnodes {nodes} on {machine.key}: an UltraServer is {machine.nodes_per_domain} "
             f"instances; give a multiple of {machine.nodes_per_domain}"
         )
     return nodes
@@ -100,44 +98,6 @@ def default_seq_len(model: PlannedModel) -> int:
 
         return get_preset(model.preset).seq_len
     return min(model.shape.max_seq_len, 8192)
-
-
-def recipe_batch_tokens(model: PlannedModel) -> int | None:
-    """The batch a preset's lr was set for: its recipe's layout on one node."""
-    if not model.preset:
-        return None
-    from ...model.presets import get_preset
-
-    preset = get_preset(model.preset)
-    return preset.world_size // max(preset.layout.tp, 1) * preset.seq_len
-
-
-def scaled_lr(model: PlannedModel, global_batch_tokens: int) -> float | None:
-    """The preset's lr for this batch: AdamW's lr scales with the square root of the
-    batch (Malladi et al. 2022, "On the SDEs and Scaling Rules for Adaptive Gradient
-    Algorithms", NeurIPS: the square-root scaling rule), from the recipe's lr at the
-    recipe's batch. None for a model without a recipe, or at the recipe's batch."""
-    reference = recipe_batch_tokens(model)
-    if reference is None or global_batch_tokens == reference:
-        return None
-    from ...model.presets import get_preset
-
-    return float(f"{get_preset(model.preset).lr * math.sqrt(global_batch_tokens / reference):.3g}")
-
-
-def lr_note(model: PlannedModel, global_batch_tokens: int) -> str:
-    """The learning-rate rule, in words, when the batch is not the recipe's."""
-    reference = recipe_batch_tokens(model)
-    lr = scaled_lr(model, global_batch_tokens)
-    if reference is None or lr is None:
-        return ""
-    from ...model.presets import get_preset
-
-    return (
-        f"{lr:g} (in the command): the recipe's {get_preset(model.preset).lr:g} at its "
-        f"{reference:,}-token batch x sqrt({global_batch_tokens / reference:.3g}) for this "
-        "batch (square-root rule for Adam, Malladi et al. 2022); a short run confirms it"
-    )
 
 
 # ---------------------------------------------------------------------------- evaluate
@@ -161,9 +121,9 @@ def evaluate(
 
     plan = plan_run(spec.replace(skip_memory_check=True), device_type=machine.device)
     memory = plan.memory()
-    limit = PLAN_HEADROOM * memory.usable_gib
-    if free_gib is not None:  # a CPU's ranks share its free memory
-        limit = PLAN_HEADROOM * PLANNING_HEADROOM * free_gib / spec.nproc
+    limit = PLANNER_MARGIN * memory.usable_gib
+    if free_gib is not None:  # a CPU's ranks share its free memory (what a CPU run may use)
+        limit = PLANNER_MARGIN * free_gib / spec.nproc
     estimate = estimate_step(
         plan.shape,
         machine,
@@ -191,6 +151,7 @@ def evaluate(
         seq_len=plan.seq_len,
         limit_gib=limit,
         spec=spec,
+        nodes=spec.nnodes,
     )
     return candidate
 
@@ -250,7 +211,8 @@ def evaluate_layout(
         activation_checkpoint=activation_checkpoint,
         local_batch=local_batch,
         seq_len=seq_len,
-        limit_gib=PLAN_HEADROOM * memory.usable_gib,
+        limit_gib=PLANNER_MARGIN * memory.usable_gib,
+        nodes=nodes,
     )
 
 
@@ -269,14 +231,15 @@ def plan_layouts(
     out: str | None = None,
     compiled: bool = False,
     global_batch_tokens: int | None = None,
+    corpus: str | None = None,
 ) -> LayoutPlan:
     """Every layout of ``model`` on ``nodes`` nodes that fits, fastest first.
 
     ``machine``: a key of cost.MACHINES (default: trn2, or this CPU for ``device``
     "cpu": ``nproc`` ranks, its memory, its measured matmul peak). The global batch is
-    held at ``global_batch_tokens`` (default: one sequence per rank); a layout whose
-    microbatch is smaller accumulates gradients, one whose microbatch is larger is left
-    out (it would train another batch, and so another lr).
+    held at ``global_batch_tokens`` (default: one node's, held as nodes grow: batch.py);
+    a layout whose microbatch is smaller accumulates gradients, one whose microbatch is
+    larger is left out (it would train another batch, and so another lr).
     """
     planned = model if isinstance(model, PlannedModel) else load_model(model)
     if machine is None or isinstance(machine, str):
@@ -287,11 +250,6 @@ def plan_layouts(
     seq = check_seq_len(seq_len or default_seq_len(planned), planned)
     shape = planned.shape
     world = nodes * per_node
-    batch = global_batch_tokens or world * seq
-    if batch % seq:
-        raise ConfigError(
-            f"--global-batch-tokens {batch} is not a whole number of {seq}-token sequences"
-        )
     trains_it = planned.preset is not None and (machine.device.is_trn2 or machine.device.is_cpu)
     excluded = [PP_EXCLUDED, CP_EXCLUDED]
     tps = [t for t in TP_DEGREES if t <= machine.ranks_per_chip]
@@ -301,6 +259,11 @@ def plan_layouts(
         tps = [1]
         excluded += [EP_EXCLUDED, MOE_TP_EXCLUDED]
     tps = [t for t in tps if shape.n_heads % t == 0 and shape.n_kv_heads % t == 0]
+    batch = global_batch_tokens or default_batch_tokens(per_node, world, seq, tps)
+    if batch % seq:
+        raise ConfigError(
+            f"--global-batch-tokens {batch} is not a whole number of {seq}-token sequences"
+        )
     batches = (local_batch,) if local_batch else LOCAL_BATCHES
     free = None
     if machine.device.is_cpu:
@@ -335,6 +298,7 @@ def plan_layouts(
                             global_batch_size=(batch // seq) if micro > 1 else None,
                             lr=scaled_lr(planned, batch),
                             seq_len=seq,
+                            corpus=corpus,
                             device=machine.device_type,
                             out=out,
                         ).validate()
@@ -371,6 +335,7 @@ def plan_layouts(
         larger_batch=larger,
         excluded=excluded,
         lr_note=lr_note(planned, batch),
+        batch_note=batch_note(batch, per_node, seq, nodes, asked=bool(global_batch_tokens)),
         free_gib=free,
     )
 
@@ -390,15 +355,15 @@ def no_fit_message(
     text += f", {larger} over the global batch)" if larger else ")"
     if closest is None:
         return text + "; a larger --global-batch-tokens admits larger microbatches"
-    terms = {k: v for k, v in closest.row().items() if k not in _TOTALS}
+    terms = closest.terms()
     largest = max(terms, key=lambda k: terms[k])
     text += (
         f": the smallest needs {closest.total_gib:.1f} GiB per rank, over the planner's "
-        f"{PLAN_HEADROOM:.0%} of {closest.usable_gib:.1f} usable "
-        f"({PLAN_HEADROOM * closest.usable_gib:.1f}), {terms[largest]:.1f} GiB of it {largest}"
+        f"{PLANNER_MARGIN:.0%} of {closest.usable_gib:.1f} usable "
+        f"({PLANNER_MARGIN * closest.usable_gib:.1f}), {terms[largest]:.1f} GiB of it {largest}"
     )
     unsharded = closest.total_gib - closest.sharded_state_gib  # what more nodes keep
-    if largest == "FSDP buffers" and unsharded > PLAN_HEADROOM * closest.usable_gib:
+    if largest == "FSDP buffers" and unsharded > PLANNER_MARGIN * closest.usable_gib:
         text += (
             " (one block gathered in bf16, the next prefetched, and its gradients: it does "
             "not shrink with more nodes)"
@@ -410,10 +375,7 @@ def no_fit_message(
                 "every expert on each rank: model/moe_blockwise.py)"
             )
         return text
-    return text + "; plan more nodes (--nodes), a shorter --seq-len, or a smaller model"
-
-
-_TOTALS = ("total GiB", "usable GiB (90%)", "HBM GiB")
+    return text + "; plan more nodes (--nnodes), a shorter --seq-len, or a smaller model"
 
 
 # ------------------------------------------------------------------------------ layout

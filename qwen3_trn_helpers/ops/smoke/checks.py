@@ -8,11 +8,13 @@ reads them back from ``metrics.jsonl`` and ``run.json``.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from ...files import read_json
+from ...training.metrics_file import RECORD_LIMIT
 
 
 @dataclass(frozen=True)
@@ -56,8 +58,8 @@ def check_training_run(run_dir: str | Path, expect: TrainingCheck) -> tuple[bool
     manifest: dict = {}
     if expect.corpus or expect.init:
         try:
-            manifest = json.loads((run_dir / "run.json").read_text())
-        except (OSError, json.JSONDecodeError):
+            manifest = read_json(run_dir / "run.json", limit=RECORD_LIMIT, fix="")
+        except (OSError, ValueError):
             return False, f"no readable {run_dir / 'run.json'}"
     resolved = manifest.get("resolved", {})
     if expect.corpus and resolved.get("corpus") != expect.corpus:
@@ -92,7 +94,7 @@ def training_memory(run_dir: Path) -> dict | None:
     from ...training.spec import RunSpec
 
     try:
-        info = json.loads((run_dir / "run.json").read_text())
+        info = read_json(run_dir / "run.json", limit=RECORD_LIMIT, fix="")
         records = read_metrics(run_dir / "metrics.jsonl")
         spec = RunSpec(**info["spec"])
         plan = plan_run(spec, device_type=info["resolved"]["device"])

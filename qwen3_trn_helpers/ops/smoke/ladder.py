@@ -294,7 +294,7 @@ def _climb(
         from ...runs.torchrun import missing_nodes_message
 
         rung.status = "fail"  # (this node came, at least)
-        rung.reason = missing_nodes_message(across, 1) + f" (log: {log})"
+        rung.reason = missing_nodes_message(across, 1, proc.seconds) + f" (log: {log})"
     else:
         rung.status = "fail"
         said = [ln for ln in lines if ln.startswith(("error:", "fail:"))] or lines[-1:]

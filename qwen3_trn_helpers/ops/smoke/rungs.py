@@ -138,7 +138,7 @@ def rung_collectives() -> None:
     from torch.distributed.fsdp import fully_shard
 
     from ...device import detect_device_type
-    from ...training.ranks import end_process_groups
+    from ...training.ranks import end_process_groups, rank_place
 
     device_type = detect_device_type()
     backend = (
@@ -151,7 +151,7 @@ def rung_collectives() -> None:
     else:  # after init_process_group each rank owns one device, index LOCAL_RANK (or
         # its only one, in a class's share: NEURON_RT_VISIBLE_CORES names one core)
         seen = getattr(torch, device_type).device_count()
-        device = torch.device(device_type, int(os.environ.get("LOCAL_RANK", "0")) % seen)
+        device = torch.device(device_type, rank_place().local_rank % seen)
     x = torch.full((4,), float(rank + 1), device=device)
     dist.all_reduce(x)
     expected = world * (world + 1) / 2
@@ -176,12 +176,13 @@ def rung_collectives() -> None:
     after = model(data).pow(2).mean().detach().reshape(1)
     gathered = [torch.zeros_like(after) for _ in range(world)]
     dist.all_gather(gathered, after)
-    nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+    place = rank_place()  # (torchrun's variables: every rank of the ladder has them)
+    nodes = place.nodes
     fabric_ok, fabric = True, ""
     if nodes > 1:  # every rank of every node: each node's bus bandwidth, against a floor
         from ..fabric import check_here
 
-        fabric_ok, fabric = check_here(device, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        fabric_ok, fabric = check_here(device, place.local_world_size)
     # Every rank done with its collectives, and the sharded model freed, before the
     # process group goes: destroyed right after the all_gather with the model alive, a
     # gloo rank aborted at exit in 3-4 of 12 runs here ("terminate called without an
@@ -195,13 +196,13 @@ def rung_collectives() -> None:
     if not all(math.isfinite(v) and v == values[0] for v in values):
         print(f"fail: after one FSDP2 step the ranks' losses differ or are not finite: {values}")
         sys.exit(1)
-    node = os.environ.get("GROUP_RANK", "0")
+    node = place.node
     where = f"node {node} of {nodes} ({socket.gethostname()}): " if nodes > 1 else ""
     if not fabric_ok:  # every rank of the node fails; its first one says why
-        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        if place.local_rank == 0:
             print(f"fail: {where}{fabric}")
         sys.exit(1)
-    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+    if place.local_rank == 0:
         said = f"{world} ranks on {device_type} ({backend}): all_reduce and an FSDP2 step"
         print(f"ok: {where}{said}" + (f"; {fabric}" if fabric else ""))
 

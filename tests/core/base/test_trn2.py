@@ -69,7 +69,7 @@ def test_one_rank_runs_on_trn2_use_a_preset_that_fits_one_core(variant):
 
 
 def test_full_size_preset_on_one_core_is_refused_with_the_fix():
-    with pytest.raises(ConfigError, match=r"needs about 7\d\.\d GiB per NeuronCore.*--nproc 64"):
+    with pytest.raises(ConfigError, match=r"needs about 7\d\.\d GiB per NeuronCore.*nproc=64"):
         plan_run(RunSpec(preset="4b"), device_type="neuron")
 
 

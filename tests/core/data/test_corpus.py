@@ -23,7 +23,7 @@ def test_local_txt_jsonl_and_folder(tmp_path):
 
 @pytest.mark.parametrize(
     "content, message",
-    [("", "holds no text"), ("   \n", "holds no text"), ("{not json", "not a JSON object")],
+    [("", "holds no text"), ("   \n", "holds no text"), ("{not json", "1 is not valid JSON")],
 )
 def test_bad_corpus_files(tmp_path, content, message):
     path = tmp_path / "c.jsonl"

@@ -182,7 +182,7 @@ def test_a_resume_mid_step_at_another_size_is_refused(corpus, tokenizer):
     with pytest.raises(RunFolderError, match="middle of a step"):
         one.load_state_dict(state)
     other_seq = json.loads(state["global_order"]) | {"taken": 0, "seq_len": 99}
-    with pytest.raises(RunFolderError, match="--seq-len 99"):
+    with pytest.raises(RunFolderError, match="seq_len=99"):
         one.load_state_dict({"global_order": json.dumps(other_seq)})
 
 

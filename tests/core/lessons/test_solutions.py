@@ -35,7 +35,7 @@ def test_s01_device_registration():
     assert last["_get_available_device_type()"] is None  # registered, not available
     assert last["torchtitan would pick"] == "cuda" and last["tensor.is_toydev exists"]
     err = s01.exercise_2()
-    assert 0.01 < err < 0.3  # bf16: 8 mantissa bits of entries ~8
+    assert 0.01 < err < 0.3  # bf16: 8 significant bits (7 stored) of entries ~8
 
 
 @pytest.mark.long
@@ -85,16 +85,19 @@ def test_s05_several_nodes():
     nodes = s05.exercise_1()
     assert (nodes["ranks"], nodes["replicas"]) == (256, 4)
     assert nodes["total GiB"] == pytest.approx(nodes["one node GiB"])  # same per rank
+    job = s05.exercise_2()
+    assert (job["resumes after step"], job["computed twice"]) == (750, 150)
+    assert (job["saves"], job["at most lost, finer"], job["saves, finer"]) == (4, 49, 20)
 
 
 def test_answer_key_text_is_what_the_solutions_compute():
-    """The instructor's key (notebooks/README.md) is rendered from the solutions' own
+    """The instructor's key (notebooks/INSTRUCTOR.md) is rendered from the solutions' own
     results; a number typed by hand, or a solution that changed, fails here. Its text
     holds only what every machine computes alike, so the comparison is exact."""
     key = load("answer_key")
-    diff = key.differences(key.in_readme(key.README.read_text()), key.render())
+    diff = key.differences(key.in_kit(key.KIT.read_text()), key.render())
     assert not diff, (
-        "notebooks/README.md's answer key differs from what the solutions compute "
+        "notebooks/INSTRUCTOR.md's answer key differs from what the solutions compute "
         "(run: python notebooks/solutions/answer_key.py):\n" + "\n".join(diff)
     )
 
@@ -149,3 +152,18 @@ def test_answer_key_comparison_catches_a_stale_number():
     assert not key.differences("| 04 | total 9.96, 6.04 GiB |", "| 04 | total 9.96, 6.04 GiB |")
     assert key.differences("| 04 | total 8.8, 4.9 GiB |", "| 04 | total 9.96, 6.04 GiB |")
     assert key.differences("| 03 | the random one |", "| 03 | the pretrained one |")
+
+
+def test_no_notebook_prints_an_exercise_answer():
+    """05's exercise 2 was answered in the notebook itself, under the question; its
+    answer is now its solution's and the key's, as every other exercise's."""
+    import json
+
+    nb = json.loads((SOLUTIONS.parent / "05_several_nodes.ipynb").read_text())
+    exercises = next(
+        "".join(c["source"]) for c in nb["cells"] if "".join(c["source"]).startswith("## Exercises")
+    )
+    for answer in ("750", "150 steps", "20 times", "49"):
+        assert answer not in exercises, answer
+    key = (SOLUTIONS.parent / "INSTRUCTOR.md").read_text()
+    assert "| 05 | ex 2: a job that dies at step 900 | it resumes after step 750" in key

@@ -22,6 +22,7 @@ LAYERS = [
         "cpu_peak",  # this CPU's measured matmul peak (the planner's CPU machine, doctor)
         "device",
         "assets",
+        "files",  # every file the package reads, read one way (issue 50)
     },
     {"data"},  # the text a run trains on: corpora, prepared folders, the global order
     {"model"},
@@ -338,3 +339,69 @@ def test_no_export_is_shadowed_by_a_submodule_of_its_name():
             if name in submodules and not where.endswith(name)
         }
         assert not clashes, f"{module}: {clashes} are also submodule names"
+
+
+#: torchrun's rank variables: read by training/ranks.py's rank_place alone
+RANK_VARIABLES = {
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+}  # fmt: skip
+
+
+def test_the_rank_environment_is_read_in_one_place():
+    """Every module asks training/ranks.py's typed reader where it stands in its job;
+    none reads torchrun's variables by name."""
+    for name, tree in modules().items():
+        if name == "qwen3_trn_helpers.training.ranks":
+            continue
+        named = {
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and node.value in RANK_VARIABLES
+        }
+        assert not named, f"{name} reads {sorted(named)} itself: use ranks.rank_place()"
+
+
+def test_the_rank_rule_sees_a_variable_read_by_name():
+    tree = ast.parse('import os\nlocal = int(os.environ.get("LOCAL_RANK", "0"))')
+    named = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)}
+    assert named & RANK_VARIABLES == {"LOCAL_RANK"}
+
+
+def test_no_attribute_is_set_on_a_caught_exception():
+    """What an exception carries is declared by its class (errors.Interrupted's
+    ``held``), never pinned onto a caught one for someone to ``getattr`` back."""
+    for name, tree in modules().items():
+        for handler in ast.walk(tree):
+            if not isinstance(handler, ast.ExceptHandler) or handler.name is None:
+                continue
+            for node in ast.walk(handler):
+                targets = node.targets if isinstance(node, ast.Assign) else []
+                targets += [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+                for target in targets:
+                    pinned = isinstance(target, ast.Attribute) and isinstance(
+                        target.value, ast.Name
+                    )
+                    assert not (pinned and target.value.id == handler.name), (
+                        f"{name} sets {ast.unparse(target)} on a caught exception"
+                    )
+
+
+def test_the_core_keeps_no_state_in_closures():
+    """State a loop updates lives in an object (runs/torchrun.py LaunchFollower), not in
+    ``nonlocal`` names of nested functions."""
+    for name, tree in modules().items():
+        if layer_of(name) < LAYERS.index({"ops"}):
+            assert not [n for n in ast.walk(tree) if isinstance(n, ast.Nonlocal)], name
+
+
+def test_plan_run_is_a_list_of_named_steps():
+    """plan_run reads as its steps (training/plan_steps.py and the layers below); the
+    checks live in them, each with its own name, not inline in plan_run."""
+    tree = modules()["qwen3_trn_helpers.training.plan"]
+    plan_run = next(
+        n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "plan_run"
+    )
+    raises = [n for n in ast.walk(plan_run) if isinstance(n, ast.Raise)]
+    assert len(raises) <= 2, "plan_run raises only what a step returned (a slice, the memory)"
+    body = plan_run.body[1:]  # (after the docstring)
+    assert body[-1].end_lineno - body[0].lineno < 75, "plan_run is its steps, not their checks"

@@ -70,8 +70,8 @@ def test_notebook_lint(path: Path):
         assert "mkdtemp" not in src, f"{path.name}: use lessons.scratch_folder"
     first = "".join(cells[0]["source"])
     assert first.startswith("# ") and "**Goal.**" in first and "Expected time" in first
-    # the exercises (ending with how to shut the kernel down), then the sources
-    exercises, last = "".join(cells[-2]["source"]), "".join(cells[-1]["source"])
+    # the exercises (ending with how to shut the kernel down), the self-check, the sources
+    exercises, last = "".join(cells[-4]["source"]), "".join(cells[-1]["source"])
     assert "## Exercises" in exercises and "shut" in exercises.lower()
     assert last.startswith("## References") and "https://" in last
     solution = re.search(r"notebooks/solutions/(s\d\d_\w+\.py)", exercises)

@@ -182,3 +182,26 @@ def test_a_claim_on_several_nodes_leaves_the_folder_to_the_jobs_rank_0(tmp_path,
         with pytest.raises(RunFolderError, match="being written"):
             with claim(plan):
                 pass
+
+
+# --- what the launcher asked, its ranks do not ask again (issue 47) -------------------------
+
+
+def test_only_the_launcher_asks_this_machines_free_memory(monkeypatch, tmp_path):
+    """A CPU run larger than the free memory is refused where it starts; a rank torchrun
+    started does not ask again: the ranks that started before it already hold part of
+    the very memory it would count, so its answer would refuse a run its launcher let
+    through."""
+    from qwen3_trn_helpers.errors import ConfigError
+    from qwen3_trn_helpers.runs import here
+    from qwen3_trn_helpers.runs import run as run_module
+    from qwen3_trn_helpers.runs.reporter import Reporter
+
+    monkeypatch.setattr(run_module, "available_memory_gib", lambda: 0.25)
+    monkeypatch.setattr(here, "run_here", lambda plan, reporter: "trained")
+    spec = RunSpec(steps=1, nproc=2, device="cpu", out=str(tmp_path))
+    with pytest.raises(ConfigError, match="more than the 0.2 GiB free"):
+        run_module.execute(plan_run(spec), Reporter(progress=False))
+    for name, value in dict(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2").items():
+        monkeypatch.setenv(name, value)  # a rank torchrun started
+    assert run_module.execute(plan_run(spec), Reporter(progress=False)) == "trained"

@@ -132,15 +132,33 @@ def test_a_students_share_gives_every_notebook_run_its_first_cores():
         neuron_cores.with_class_slice(RunSpec(), {neuron_cores.CLASS_SLICE_ENV: "8-99"})
 
 
-def test_every_trn2_launch_takes_the_share(monkeypatch, tmp_path):
-    """launch() (every run on trn2, even a notebook's one-rank one) applies the share."""
+def test_every_trn2_launch_takes_the_plans_cores(monkeypatch, tmp_path):
+    """launch() (every run on trn2, even a notebook's one-rank one) gives its ranks the
+    cores the plan took from the share: the plan's word, not a slice made again (a
+    share changed after planning does not move the run)."""
+    from qwen3_trn_helpers import device as device_mod
+    from qwen3_trn_helpers.device import DEVICES
+
+    class Launched(Exception):
+        pass
+
     seen = []
-    monkeypatch.setenv(neuron_cores.CLASS_SLICE_ENV, "16-23")
-    monkeypatch.setattr(launch, "_launch_in", lambda *args: seen.append(args[-1]))
+
+    def run_child(cmd, **kwargs):
+        seen.append(cmd)
+        raise Launched
+
+    monkeypatch.setattr(launch, "run_child", run_child)
     for device in ("neuron", "cpu"):
-        spec = RunSpec(nproc=2, out=str(tmp_path / device))
-        launch.run_with_torchrun(plan_run(spec, device_type=device))
-    assert seen == ["16-17", None]
+        monkeypatch.setattr(device_mod, "resolve", lambda requested="auto": DEVICES[device])
+        monkeypatch.setenv(neuron_cores.CLASS_SLICE_ENV, "16-23")
+        plan = plan_run(RunSpec(nproc=2, out=str(tmp_path / device)))
+        monkeypatch.setenv(neuron_cores.CLASS_SLICE_ENV, "24-31")
+        with pytest.raises(Launched):
+            launch.run_with_torchrun(plan)
+    on_neuron, on_cpu = seen
+    assert on_neuron[on_neuron.index("--neuron-cores") + 1] == "16-17"
+    assert "--neuron-cores" not in on_cpu
 
 
 def test_torchtitans_own_entry_point_in_notebook_02_takes_the_shares_first_core(

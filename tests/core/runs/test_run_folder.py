@@ -62,7 +62,7 @@ def test_a_rank_that_does_not_write_leaves_a_fresh_folder_alone(tmp_path):
 def test_resume_without_a_checkpoint_is_refused_naming_the_fix(tmp_path):
     out = tmp_path / "run"
     _earlier_run(out)
-    with pytest.raises(RunFolderError, match="nothing to resume in .*--checkpoint-interval"):
+    with pytest.raises(RunFolderError, match="nothing to resume in .*checkpoint_interval"):
         settle_run_folder(out, _plan(out, resume=True), writer=True, share=(0, 1))
     assert (out / "run.json").is_file()  # refused before anything changed
 

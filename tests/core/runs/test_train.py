@@ -67,7 +67,7 @@ def test_out_folder_with_a_previous_run_is_refused(ten_step_random):
         ({"lr": 0.0}, "lr must be a positive finite number"),
         ({"seq_len": 10**6}, "beyond the model's context"),
         ({"attention": "flex"}, "FlexAttention.*CUDA only"),
-        ({"nproc": 2}, "2-rank run needs --out"),
+        ({"nproc": 2}, "2-rank run needs out: every rank"),
         ({"stpes": 3}, "unknown run parameter 'stpes'"),
     ],
 )

@@ -238,15 +238,20 @@ def test_keep_checkpoints_keeps_the_newest_and_hashes_shards_as_written(tmp_path
     args = ("--steps", "5", "--checkpoint-interval", "1", "--keep-checkpoints", "2")
     assert train(*args, "--out", str(out)) == 0
     assert reads == []  # nothing read back
-    kept = sorted(p.name for p in (out / "checkpoint").iterdir())
+    kept = sorted(p.name for p in (out / "checkpoint").glob("step-*"))
     assert kept == ["step-4", "step-5"]
+    # rank 0 logged every save, its bytes and seconds to storage (save_log.py): what the
+    # next job file for this folder sizes its saves from
+    logged = [json.loads(x) for x in (out / "checkpoint" / "saves.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in logged] == [1, 2, 3, 4, 5] and all(e["seconds"] > 0 for e in logged)
+    assert logged[0]["bytes"] > 0 and {e["mode"] for e in logged} == {"disabled"}
     shards = sorted((out / "checkpoint").glob("step-*/*.distcp"))
     assert len(shards) == 2
     for shard in shards:
         recorded = (shard.parent / (shard.name + ".sha256")).read_text()
         assert recorded == hashlib.sha256(shard.read_bytes()).hexdigest()
         assert (shard.parent / SETTINGS).is_file()
-    with pytest.raises(ConfigError, match="--keep-checkpoints 2 or more"):
+    with pytest.raises(ConfigError, match="keep_checkpoints=2 or more"):
         RunSpec(keep_checkpoints=1)
 
 
@@ -264,6 +269,12 @@ def test_asynchronous_checkpoints_are_complete_and_resume(tmp_path):
             assert recorded == hashlib.sha256(shard.read_bytes()).hexdigest()
     assert train("--steps", "4", *saves, "--resume") == 0
     assert steps_of(out) == [1, 2, 3, 4]
+    # each asynchronous save logged once its background write was done, with its bytes
+    from qwen3_trn_helpers.training.save_log import measured_write_mb_s
+
+    logged = [json.loads(x) for x in (out / "checkpoint" / "saves.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in logged] == [1, 2, 3, 4] and logged[0]["mode"] == "async"
+    assert all(e["bytes"] > 0 for e in logged) and measured_write_mb_s(out)[1] == 4
 
 
 SETTINGS = "qwen3-trn-settings.json"

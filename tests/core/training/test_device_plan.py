@@ -54,7 +54,7 @@ def test_device_strings_are_compared_in_at_most_four_files():
 
 def test_a_multi_node_run_without_an_endpoint_fails_in_planning(tmp_path):
     spec = RunSpec(nproc=1, nnodes=2, device="cpu", out=str(tmp_path / "x"))
-    with pytest.raises(ConfigError, match="needs --rdzv-endpoint HOST:PORT"):
+    with pytest.raises(ConfigError, match="needs rdzv_endpoint=HOST:PORT"):
         plan_run(spec)
     assert plan_run(spec.replace(rdzv_endpoint="10.0.0.5:29500")).nnodes == 2
     assert plan_run(spec, device_type="cpu").nnodes == 2  # planned for other machines

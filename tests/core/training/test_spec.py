@@ -90,6 +90,25 @@ def test_a_plan_holds_objects_not_names():
     assert (wider.tp, wider.fsdp) == (8, 8) and wider.memory().total_gib < plan.memory().total_gib
 
 
+@pytest.mark.parametrize(
+    "degrees, message",
+    [
+        ({"tp": 16}, r"with_layout\(tp=16\): tp 16 must divide .* 8 key/value heads; use "
+         r"tp=1, 2, 4, 8$"),
+        ({"tp": 3}, "tp 3 must divide the 64 ranks"),
+        ({"tp": 0}, r"with_layout\(tp=0\): tp must be a positive integer"),
+        ({"dp_replicate": 3}, "dp_replicate 3 must divide the plan's 64 ranks"),
+        ({"fsdp": 4}, "fsdp is not a degree it sets; pass tp or dp_replicate"),
+    ],
+)  # fmt: skip
+def test_a_what_if_layout_no_run_could_train_is_refused(degrees, message):
+    """Notebook 04's exercise 1: TP 16 on the 4B's 8 key/value heads is an error naming the
+    call and the TPs that work, not memory numbers without a warning."""
+    plan = plan_run(RunSpec(variant="native", nproc=64, out="x"), device_type="neuron")
+    with pytest.raises(ConfigError, match=message):
+        plan.with_layout(**degrees)
+
+
 def test_a_spec_is_checked_when_it_is_made():
     with pytest.raises(ConfigError, match="unknown variant 'gpt2'"):
         RunSpec(variant="gpt2")

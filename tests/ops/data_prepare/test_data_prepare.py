@@ -146,7 +146,7 @@ def test_damaged_shards_are_one_line_errors(prepared, tmp_path, capsys):
     shard.unlink()
     assert "lacks shard" in _train_error(copy, capsys)
     (copy / MANIFEST).write_text("{not json")
-    assert "cannot be read" in _train_error(copy, capsys)
+    assert "manifest.json is not valid JSON (" in _train_error(copy, capsys)
     (copy / MANIFEST).unlink()  # shards without a manifest: an interrupted prepare
     assert "no manifest.json" in _train_error(copy, capsys)
 
@@ -189,6 +189,10 @@ def test_job_files_need_steps_and_refuse_a_hub_corpus(command, prepared, capsys)
     assert err.count("\n") == 1
     assert main([*base, "--steps", "5", "--corpus", "c4", "--allow-hub-corpus"]) == 0
     assert "c4" in capsys.readouterr().out
+    if command == "k8s":  # the pods' path: on the volume they all mount (else refused)
+        assert main([*base, "--steps", "5", "--corpus", str(prepared)]) == 1
+        assert "is outside the volume every pod mounts at /fsx" in capsys.readouterr().err
+        prepared = "/fsx/data/prepared"
     assert main([*base, "--steps", "5", "--corpus", str(prepared)]) == 0
     assert str(prepared) in capsys.readouterr().out
 

@@ -204,9 +204,12 @@ def test_node_setup_caps_fsx_and_reserves_the_port(tmp_path):
         "-n lctl set_param osc.*.max_dirty_mb=64 ",
         "-n sysctl -w net.ipv4.ip_local_reserved_ports=41000,29542 ",  # added, not replaced
     ]
-    # no Lustre client: nothing about FSx; the port already reserved: left alone
+    # no Lustre client (or a container without the host's tools): said in one line;
+    # the port already reserved: left alone
     done, said = _setup(tmp_path, "29542,41000", lctl=False)
-    assert (done.returncode, done.stderr, said) == (0, "", [])
+    assert (done.returncode, said) == (0, [])
+    assert done.stderr.startswith("warning: node ") and done.stderr.count("\n") == 1
+    assert "no lctl here (not a Lustre client, or inside a container)" in done.stderr
     # no sudo rights: one warning per setting, and the job goes on
     done, said = _setup(tmp_path, "", lctl=True, sudo_ok=False)
     assert done.returncode == 0
@@ -236,37 +239,115 @@ def test_fabric_check_runs_every_rank_on_the_jobs_own_port():
     assert "--nnodes 4 --nproc 64" in smoke  # 64 ranks on each node, not one
     assert '--rdzv-endpoint "$head_ip:$port"' in smoke and "port + " not in text
     assert "--fabric-floor" not in smoke  # trn2's default floor, stated in the comment
-    assert "floor 25% of trn2's 3.2 Tbps EFA" in text
-    # nccom-test where installed, on the job's hosts; our check otherwise
+    assert "floor 25% of each node's own EFA (its instance type's)" in text
+    # nccom-test where installed, through srun on the job's allocation; our check otherwise
     assert "if command -v nccom-test >/dev/null 2>&1; then" in text
     floored = slurm_script(TRN2.replace(out="runs/q4b"), on_trn2=True, python="/p/python",
                            workdir="/fsx/me", fabric_floor=150)  # fmt: skip
     assert '--out "$fabric_out" --fabric-floor 150' in floored
-    assert '--port "$port" --floor 150 $node_ips' in floored
+    assert '--floor 150 --job-id "$SLURM_JOB_ID"' in floored
     # in a container (Pyxis) the host has our Python only inside it: our check alone
     contained = slurm_script(TRN2.replace(out="runs/q4b"), on_trn2=True, workdir="/fsx/me",
                              container_image="registry#qwen3-trn:0.2")  # fmt: skip
     assert "nccom-test" not in contained and "--nproc 64" in contained
 
 
-def test_nccom_branch_runs_nccom_test_per_node_pair_and_fails_a_slow_node(tmp_path):
-    """The script's nccom-test branch, run as the batch host would: nccom-test (a stub
-    that reports 20 GB/s for any pair with 10.0.0.3, 150 GB/s otherwise) on each pair of
-    the three nodes; node 3 alone is below trn2's 100 GB/s floor and the job stops there."""
+def _nccom_run(tmp_path: Path, bw: float, efa_ok: bool = True):
+    """The trn2 script's nccom-test branch run as the batch host would: srun, scontrol,
+    getent and nccom-test stubs (nccom-test reports ``bw`` GB/s); this machine's EFA
+    devices taken as its instance type's (or half of them)."""
     spec = TRN2.replace(nnodes=3, out=str(tmp_path / "out"))
     text = slurm_script(spec, on_trn2=True, python=sys.executable, workdir=str(tmp_path))
-    nccom = ('printf "%s " "$@" >> "$CALLS"; echo "NEURON_RT_ROOT_COMM_ID=$NEURON_RT_ROOT_COMM_ID"'
-             ' >> "$CALLS"; case "$*" in *10.0.0.3*) bw=20.0;; *) bw=150.0;; esac; '
-             'echo "Avg bus bandwidth:      ${bw}GB/s"')  # fmt: skip
-    env = _stubs(tmp_path, **SLURM_STUBS, **{"nccom-test": nccom})
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[3])
+    nccom = ('printf "%s " "$@" >> "$CALLS"; echo >> "$CALLS"; '
+             f'echo "Avg bus bandwidth:      {bw}GB/s"')  # fmt: skip
+    # srun runs the EFA count for real (here, once: each node's), records the rest
+    srun = ('if [ "${*: -1}" = efa ]; then "${@: -4}"; exit $?; fi; '
+            + SLURM_STUBS["srun"])  # fmt: skip
+    env = _stubs(tmp_path, **{**SLURM_STUBS, "srun": srun, "nccom-test": nccom})
+    env["PYTHONPATH"] = f"{tmp_path / 'site'}:{Path(__file__).resolve().parents[3]}"
+    # this machine as a trn2.48xlarge with all 16 EFA devices up, or 8 (sitecustomize)
+    (tmp_path / "site").mkdir(exist_ok=True)
+    (tmp_path / "site" / "sitecustomize.py").write_text(
+        "from qwen3_trn_helpers.ops import efa\n"
+        "efa.node_efa = lambda root=None: efa.NodeEfa('trn2.48xlarge', 16, 3200.0, "
+        f"{16 if efa_ok else 8})\n"
+    )
     done = subprocess.run(["bash", "-c", text], cwd=tmp_path, capture_output=True, text=True,
                           env=env)  # fmt: skip
+    calls = (tmp_path / "calls.txt").read_text() if (tmp_path / "calls.txt").exists() else ""
+    (tmp_path / "calls.txt").unlink(missing_ok=True)
+    return done, calls
+
+
+def test_nccom_branch_uses_srun_mode_and_a_slow_fabric_stops_the_job(tmp_path):
+    """nccom-test over all three nodes through srun on the job's allocation (--slurm-mode,
+    --slurm-job-id: no MPI, no ssh); at 300 GB/s against trn2's 100 GB/s floor the job
+    trains; at 20 GB/s it fails, after the per-node check that names the node."""
+    done, calls = _nccom_run(tmp_path, 300.0)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (
+        "-N 3 -r 192 -b 268435456 -e 268435456 -d fp32 allr --slurm-mode --slurm-job-id 42" in calls
+    )
+    assert "--hosts" not in calls and "NEURON_RT_ROOT_COMM_ID" not in calls
+    assert "ok: all 3 nodes (192 ranks): nccom-test bus bandwidth 300.00 GB/s" in done.stdout
+    assert (
+        "ok: node " in done.stdout and "16 of trn2.48xlarge's 16 EFA devices active" in done.stdout
+    )
+    assert "qwen3_trn_helpers\0train" in calls
+    done, calls = _nccom_run(tmp_path, 20.0)
     assert done.returncode == 1, done.stdout + done.stderr
-    lines = [ln for ln in done.stdout.splitlines() if "nccom-test bus bandwidth" in ln]
-    assert [ln.split(":")[0] for ln in lines] == ["ok", "ok", "fail"]
-    assert lines[2].startswith("fail: node 2 of 3 (10.0.0.3): nccom-test bus bandwidth 20.00 GB/s")
-    calls = (tmp_path / "calls.txt").read_text()
-    assert "-N 2 -r 128 -b 268435456 -e 268435456 -d fp32 allr --hosts 10.0.0.1 10.0.0.2" in calls
-    assert "NEURON_RT_ROOT_COMM_ID=10.0.0.1:29542" in calls
+    assert "fail: all 3 nodes (192 ranks): nccom-test bus bandwidth 20.00 GB/s" in done.stdout
+    assert "qwen3_trn_helpers\0smoke" in calls  # the per-node check, to name the node
     assert "qwen3_trn_helpers\0train" not in calls  # the job stopped before training
+
+
+def test_a_node_with_half_its_efa_down_fails_before_nccom_test(tmp_path):
+    """8 of a trn2.48xlarge's 16 EFA devices up: that node fails by name, whatever the
+    bandwidth would have said, and the job never trains."""
+    done, calls = _nccom_run(tmp_path, 300.0, efa_ok=False)
+    assert done.returncode != 0
+    assert (
+        "fail: node " in done.stdout and "8 of trn2.48xlarge's 16 EFA devices active" in done.stdout
+    )
+    assert "nccom-test" not in calls and "qwen3_trn_helpers\0train" not in calls
+
+
+def _train_call(calls_text: str) -> list[str]:
+    calls = [line.split("\0")[:-1] for line in calls_text.splitlines()]
+    return next(c for c in calls if "train" in c)
+
+
+def test_hyperpod_auto_resume_where_the_cluster_has_it(tmp_path):
+    """AWS's torchtitan sbatch: ``srun --auto-resume=1`` where /opt/sagemaker_cluster
+    exists (run here with that path pointed at a folder that does, or does not)."""
+    spec = RunSpec(nproc=1, nnodes=2, out=str(tmp_path / "out"), device="cpu")
+    text = slurm_script(spec, on_trn2=False, python=sys.executable, workdir=str(tmp_path))
+    assert "hyperpod_marker=/opt/sagemaker_cluster\n" in text
+    for present in (False, True):
+        marker = tmp_path / ("sagemaker_cluster" if present else "absent")
+        if present:
+            marker.mkdir()
+        here = text.replace("hyperpod_marker=/opt/sagemaker_cluster", f"hyperpod_marker={marker}")
+        done = subprocess.run(["bash", "-c", here], cwd=tmp_path, capture_output=True,
+                              text=True, env=_stubs(tmp_path, **SLURM_STUBS))  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        train = _train_call((tmp_path / "calls.txt").read_text())
+        (tmp_path / "calls.txt").unlink()
+        assert (train[1] == "--auto-resume=1") is present, train
+        assert ("HyperPod cluster: srun --auto-resume=1" in done.stdout) is present
+
+
+def test_under_pyxis_setup_runs_on_the_host_and_the_fabric_log_is_mounted(tmp_path):
+    """In a container the node setup runs on the host (``command srun``, without the
+    image: lctl and sysctl are the host's), and the fabric check's folder is beside the
+    run folder, inside what every container mounts (not where sbatch ran)."""
+    spec = TRN2.replace(out=str(tmp_path / "shared" / "run"))
+    text = slurm_script(spec, on_trn2=True, workdir=str(tmp_path),
+                        container_image="registry#qwen3-trn:0.2")  # fmt: skip
+    setup = next(line for line in text.splitlines() if 'setup "$port"' in line)
+    assert setup.startswith("command srun --ntasks-per-node=1 bash -c ")
+    assert 'fabric_out="$out-fabric-$SLURM_JOB_ID"' in text
+    mounts = next(line for line in text.splitlines() if "--container-mounts" in line)
+    assert f"{tmp_path / 'shared'}:{tmp_path / 'shared'}" in mounts
+    bare = slurm_script(spec, on_trn2=True, workdir=str(tmp_path), python=sys.executable)
+    assert next(ln for ln in bare.splitlines() if 'setup "$port"' in ln).startswith("srun ")

@@ -22,7 +22,7 @@ from qwen3_trn_helpers.model.presets import PRESETS
 from qwen3_trn_helpers.model.shapes import active_parameter_count, embedding_parameter_count
 from qwen3_trn_helpers.ops.planner.cost import RECOMPUTE, all_reduce, estimate_step, ring_collective
 from qwen3_trn_helpers.ops.planner.layout import TIE
-from qwen3_trn_helpers.ops.planner.machines import PLAN_HEADROOM, Link, trn2_machine
+from qwen3_trn_helpers.ops.planner.machines import PLANNER_MARGIN, Link, trn2_machine
 from qwen3_trn_helpers.ops.planner.search import EP_EXCLUDED, LOCAL_BATCHES, plan_layouts
 from qwen3_trn_helpers.training.plan import plan_run
 from qwen3_trn_helpers.training.spec import ACTIVATION_CHECKPOINTING, RunSpec
@@ -113,7 +113,7 @@ def test_a_layout_that_does_not_fit_is_never_proposed():
                     assert "GiB per NeuronCore" in str(e)
                     continue
                 memory = plan.memory()
-                within = memory.total_gib <= PLAN_HEADROOM * memory.usable_gib
+                within = memory.total_gib <= PLANNER_MARGIN * memory.usable_gib
                 if within and lb * 64 // tp <= 64:  # the global batch: 64 sequences
                     accepted.add((tp, ac, lb))
     assert proposed == accepted
@@ -130,7 +130,9 @@ def test_the_printed_command_trains_the_best_layout():
     command = result.command()
     assert command.startswith("qwen3-trn slurm ")  # several nodes: a batch script
     args = build_parser().parse_args(command.split()[1:])
-    assert spec_from_args(args) == result.best.spec.with_absolute_paths()
+    # (its hub corpus prepared first, on shared storage: the job reads that folder)
+    prepared = result.best.spec.replace(corpus=f"{result.best.spec.out}-data")
+    assert spec_from_args(args) == prepared.with_absolute_paths()
     assert "runner-up" in result.runner_up_reason()
 
 
@@ -249,23 +251,24 @@ def test_plan_measure_times_two_candidates_on_this_cpu(capsys):
 
 
 def test_the_planner_beside_awss_recipes():
-    """Notebook 04's anchors: AWS's layouts are among the candidates, so the planner's
-    choice is estimated at least as fast, and a difference comes with its reason."""
+    """Notebook 05's anchors: AWS's layouts at AWS's own batch (local batch 1, no
+    accumulation), the planner's choice at that batch estimated at least as fast, a
+    difference with its reason, and HSDP for every model at 16 nodes."""
     from qwen3_trn_helpers.lessons import planner_anchors
 
     rows = planner_anchors()
-    assert [(r["model"], r["nodes"]) for r in rows] == [
-        ("Qwen3-4B", 1), ("Qwen3-30B-A3B", 1), ("Qwen3-30B-A3B", 2)
+    assert [(r["model"], r["nodes"], r["global batch"]) for r in rows] == [
+        ("Qwen3-4B", 1, 16), ("Qwen3-30B-A3B", 1, 64), ("Qwen3-30B-A3B", 2, 128),
+        ("Qwen3-4B", 16, 256), ("Qwen3-30B-A3B", 16, 1024),
     ]  # fmt: skip
-    assert rows[0]["recipe's layout"].startswith("TP 4 x FSDP 16, AC selective")
-    assert rows[1]["recipe's layout"].startswith("FSDP 64, AC full")
+    # AWS's recipe as AWS ran it: no microbatches (the label would say so)
+    assert rows[0]["recipe's layout"] == "TP 4 x FSDP 16, AC selective, local batch 1"
+    assert rows[1]["recipe's layout"] == "FSDP 64, AC full, local batch 1"
     assert rows[2]["recipe's layout"].startswith("HSDP 2 x (FSDP 64), AC full")
-    # AWS published one-node layouts only: the 2-node row is the presets' HSDP rule
-    assert [r["recipe"] for r in rows] == [
-        "AWS's",
-        "AWS's",
-        "preset rule: AWS's 1-node layout, HSDP",
-    ]
+    # AWS published one-node layouts only: the other rows are the presets' HSDP rule
+    assert [r["recipe"] for r in rows] == ["AWS's"] * 2 + [
+        "preset rule: AWS's 1-node layout, HSDP"
+    ] * 3
     # 30B-A3B's recipe needs 21.1 GiB of a core's 21.6 usable: train accepts it, the
     # planner's 10% headroom does not (on one node nothing fits it)
     assert rows[1]["planner's layout"] == "-" and "headroom" in rows[1]["why they differ"]
@@ -273,6 +276,14 @@ def test_the_planner_beside_awss_recipes():
     row = rows[0]
     assert row["planner tokens/s (est.)"] >= row["recipe tokens/s (est.)"]
     assert "slower" in row["why they differ"] or "ties" in row["why they differ"]
+    # what notebook 05's prose says of them: the 4B keeps TP 4 and skips recompute; at
+    # 16 nodes every planner layout has replicas (HSDP)
+    recipe, best = rows.choices[0]
+    assert (recipe.tp, best.tp, recipe.activation_checkpoint, best.activation_checkpoint) == (
+        4, 4, "selective", "none"
+    )  # fmt: skip
+    sixteen = [best for (_, best), r in zip(rows.choices, rows, strict=True) if r["nodes"] == 16]
+    assert len(sixteen) == 2 and all(best.dp_replicate > 1 for best in sixteen)
 
 
 # ------------------------------------------------------------ issue 30: a planner to trust
@@ -287,23 +298,56 @@ def _no_users_calibration(tmp_path, monkeypatch):
 
 
 def test_backtest_replays_torchtitans_published_h100_rows():
-    """Every bf16 row of torchtitan's llama3_h100_202412 benchmark, replayed with
-    --layout: tokens/s per GPU and memory each within 20%; the efficiency is fitted on
-    the 8-GPU rows only (one per mode) and the stored constant is that fit."""
+    """Every bf16 torchtitan row on H100 (backtest.py says which and where), replayed with
+    --layout: tokens/s per GPU, and memory where the page gives it, each within 15%; the
+    efficiency is fitted on the 8-GPU FSDP rows only (one per mode) and the stored
+    constant is that fit; the three TP rows (405B, 70B, 8B at TP 8) are predictions."""
     from backtest import FITTED_ON, GOAL, ROWS, backtest, fit_efficiency
 
     from qwen3_trn_helpers.ops.planner.machines import H100_EFFICIENCY
 
     replays = backtest(DATA)
-    assert [r.row for r in replays] == list(ROWS) and len(ROWS) == 4
+    assert [r.row for r in replays] == list(ROWS) and len(ROWS) == 7 and GOAL == 0.15
     for r in replays:
         assert abs(r.throughput_error) <= GOAL, r.to_row()
-        assert abs(r.memory_error) <= GOAL, r.to_row()
+        assert r.memory_error is None or abs(r.memory_error) <= GOAL, r.to_row()
     predicted = [r for r in replays if not r.fitted]
-    assert len(predicted) == 2 and all(r.row.nodes == 16 for r in predicted)
+    assert len(predicted) == 5
+    assert sum("tp=8" in r.row.layout for r in predicted) == 3
     for mode, row in FITTED_ON.items():
         assert H100_EFFICIENCY[mode] == pytest.approx(fit_efficiency(mode, DATA), abs=0.002)
         assert row.compiled == (mode == "compiled")
+
+
+def test_tp_collectives_ride_nccls_own_nvlink_figure():
+    """The H100's link inside a node is NCCL's model of a ring over Hopper NVLink (18
+    links x 20.6 GB/s, nccl src/graph/topo.h), not the datasheet's 450 GB/s: with the
+    datasheet's the 8B TP 8 row came out 19% fast, over the goal."""
+    from dataclasses import replace
+
+    from backtest import GOAL, ROWS, replay
+
+    from qwen3_trn_helpers.ops.planner import machines
+
+    machine = machines.get_machine("h100-96gb")
+    assert machine.intra.gb_s == pytest.approx(18 * 20.6)
+    tp_row = next(r for r in ROWS if r.model == "llama3.1-8b" and "tp=8" in r.layout)
+    with_ncc = replay(tp_row, DATA)
+    peak = replace(machine, intra=machines.Link(machines.NVLINK4_GB_S, machine.intra.latency_us))
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr("backtest.get_machine", lambda key: peak)
+        with_peak = replay(tp_row, DATA)
+    assert abs(with_ncc.throughput_error) <= GOAL < with_peak.throughput_error
+
+
+def test_a_tie_is_wider_than_the_models_held_out_error():
+    """Two layouts of one model on one machine differ in their collectives; the model's
+    error on held-out FSDP rows (how collectives scale from 8 to 128 GPUs) is under the
+    tie band, so a closer call is not made on the estimate."""
+    from backtest import backtest
+
+    held_out = [r for r in backtest(DATA) if not r.fitted and "tp=" not in r.row.layout]
+    assert held_out and max(abs(r.throughput_error) for r in held_out) < TIE
 
 
 def test_llama_config_json_is_read_with_its_published_size():
@@ -355,16 +399,52 @@ def test_moe_blockwise_padding_is_counted():
 def test_global_batch_is_held_fixed():
     """Every candidate trains the same batch per optimizer step; accumulation fills it."""
     result = plan_layouts("Qwen3-30B-A3B", 16)
+    # one node's 64 sequences cannot feed 1,024 data-parallel ranks (MoE: no TP): the
+    # smallest batch 16 nodes allow, said so
     assert result.global_batch_tokens == 1024 * 4096
     assert {c.global_batch * c.seq_len for c in result.candidates} == {1024 * 4096}
+    assert "the smallest batch 16 nodes allow" in result.batch_note
     asked = plan_layouts("Qwen3-4B", 1, global_batch_tokens=8 * 64 * 4096)
     assert {c.global_batch for c in asked.candidates} == {8 * 64}
     assert any(c.microbatches > 1 for c in asked.candidates)
-    assert "sqrt(" in asked.lr_note and "--lr" in asked.command()
+    assert "as asked" in asked.batch_note
+
+
+@pytest.mark.parametrize("nodes", [1, 4, 16])
+def test_default_batch_stays_one_nodes_as_nodes_grow(nodes):
+    """Qwen3-4B: 262,144 tokens (one node's 64 x 4096) on 1, 4 and 16 nodes alike where
+    TP 4 lets the data-parallel ranks share it (16 nodes: 256 of them, a sequence each, so
+    1,048,576 there); the lr never rises past its cap whatever the batch."""
+    from qwen3_trn_helpers.ops.planner.batch import lr_cap
+
+    result = plan_layouts("Qwen3-4B", nodes, local_batch=1)
+    expected = 64 * 4096 if nodes <= 4 else 1024 // 4 * 4096
+    assert result.global_batch_tokens == expected
+    assert {c.global_batch * c.seq_len for c in result.candidates} == {expected}
+    spec = result.best.spec
+    cap = lr_cap(result.model)
+    assert (spec.lr or PRESETS["4b"].lr) <= cap == PRESETS["4b"].lr
+    assert "capped at" in result.lr_note and "square-root rule" in result.lr_note
+    assert "global batch: " in result.render(1) and "lr: " in result.render(1)
+
+
+def test_lr_rule_lowers_the_lr_for_a_smaller_batch_and_caps_a_larger_one():
+    from qwen3_trn_helpers.ops.planner.batch import lr_note, scaled_lr
+    from qwen3_trn_helpers.ops.planner.models import load_model
+
+    model = load_model("Qwen3-4B")  # recipe: 3e-4 at 16 x 4096 tokens
+    assert scaled_lr(model, 4 * 4096) == pytest.approx(1.5e-4)  # sqrt(1/4)
+    assert "--lr" not in lr_note(model, 4 * 4096) and "capped" not in lr_note(model, 4 * 4096)
+    assert scaled_lr(model, 16 * 4096) is None  # the recipe's own batch and lr
+    assert scaled_lr(model, 16 * 16 * 4096) is None  # 4x by the rule: capped at 3e-4
+    note = lr_note(model, 16 * 16 * 4096)
+    assert "gives 0.0012" in note and "capped at 0.0003" in note
+    big = load_model("Qwen3-32B")  # published 1.5e-4 past 13.5B; never below the recipe's
+    assert "capped at 0.0003" in lr_note(big, 64 * 64 * 4096)
 
 
 def test_plan_header_states_parameters_and_ranks(capsys):
-    assert main(["plan", "--model", "Qwen3-30B-A3B", "--nodes", "2", "--top", "1"]) == 0
+    assert main(["plan", "--model", "Qwen3-30B-A3B", "--nnodes", "2", "--top", "1"]) == 0
     header = capsys.readouterr().out.splitlines()[0]
     assert "30.53 B parameters, 3.35 B active" in header
     assert "128 ranks (2 nodes x 64)" in header
@@ -377,19 +457,21 @@ def test_plan_header_states_parameters_and_ranks(capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--model", "8b", "--nodes", "100000"], "error: --nodes 100000 is over the planner's"),
+        (["--model", "8b", "--nnodes", "100000"], "error: --nnodes 100000 is over the planner's"),
         (["--model", "tiny", "--device", "cpu", "--nproc", "4096"],
          "error: --nproc 4096 is more ranks than this machine's"),
         (["--model", "8b", "--verify", "--verify-layers", "37"],
          "error: --verify-layers 37 is more than Qwen3-8B's 36 layers"),
+        # (--nodes: the old spelling, still taken)
         (["--model", "8b", "--machine", "trn2u", "--nodes", "6"],
-         "error: --nodes 6 on trn2u: an UltraServer is 4"),
+         "error: --nnodes 6 on trn2u: an UltraServer is 4"),
         (["--model", "8b", "--layout", "pp=2"], "error: --layout pp=2: PP not modelled"),
         (["--model", "8b", "--layout", "cp=2"], "error: --layout cp=2: CP not modelled"),
         (["--model", "8b", "--layout", "tp=8"], "error: --layout tp=8: TP above 4"),
         (["--model", "8b", "--layout", "fsdp=3"], "error: --layout: tp 1 x dp_replicate 1"),
         (["--model", "8b", "--seq-len", "100000"], "error: --seq-len 100000 is over"),
-        (["--model", "/nonexistent/config.json"], "error: /nonexistent/config.json not found"),
+        (["--model", "/nonexistent/config.json"],
+         "error: /nonexistent/config.json does not exist; --model takes"),
     ],
 )  # fmt: skip
 def test_bad_plan_input_is_one_line_naming_the_limit(capsys, argv, message):
@@ -434,3 +516,17 @@ def test_a_planned_global_batch_reaches_the_run():
         plan_run(spec.replace(global_batch_size=17), device_type="neuron")
     best = plan_layouts("Qwen3-8B", 1).best
     assert best.spec.global_batch_size == best.global_batch == 64
+
+
+def test_four_nodes_tie_goes_to_hsdp_and_the_reason_says_where_fsdp_runs():
+    """At 4 nodes and the old default batch (a sequence per rank) FSDP over every node
+    was 2% ahead of HSDP, under the tie band: HSDP goes first, and the reason says where
+    each shards (a replica over 2 nodes is not "FSDP inside" a node)."""
+    result = plan_layouts("Qwen3-4B", 4, global_batch_tokens=256 * 4096)
+    assert result.best.dp_replicate == 4 and result.best.nodes_per_replica == 1
+    assert not any(c.dp_replicate == 1 for c in result.candidates[:2])
+    wide = plan_layouts("Qwen3-8B", 8)
+    reason = wide.runner_up_reason()
+    assert wide.best.dp_replicate == 8 and "ties on the estimate" in reason
+    assert "each sharded inside a node" in reason and "each sharded over 2 nodes" in reason
+    assert "FSDP inside" not in reason

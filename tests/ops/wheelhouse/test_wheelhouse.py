@@ -181,6 +181,14 @@ def test_a_damaged_wheelhouse_is_refused_before_pip(wheelhouse, tmp_path, damage
     assert "installing" not in proc.stdout  # refused before pip ran
 
 
+def test_the_wheel_is_built_from_this_checkout():
+    """The package's own wheel comes from the checkout's pyproject.toml, found from the
+    module's place (it moved once, under ops/, and the path went one folder short)."""
+    from qwen3_trn_helpers.ops.wheelhouse import CHECKOUT
+
+    assert CHECKOUT == ROOT and (CHECKOUT / "pyproject.toml").is_file()
+
+
 def test_select_pins_follows_the_targets_markers():
     """From Linux for a Mac: torch's Linux-only CUDA libraries and triton are not
     wanted; --skip torch leaves out torch and what only it needs, not what others share."""

@@ -30,7 +30,7 @@ def train_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "qwen3_trn_helpers", "train", "--no-progress", *args]
 
 
-# --- 7. a port another job takes -----------------------------------------------------
+# --- a port another job takes -----------------------------------------------------
 
 
 def test_a_taken_store_port_is_recognised():
@@ -106,7 +106,7 @@ def test_a_store_port_taken_by_another_job_launches_again(tmp_path):
     assert _shutdowns_with_threads(shutdowns) == {}
 
 
-# --- 3. a stop while the ranks are inside a long step ------------------------------------
+# --- a stop while the ranks are inside a long step ------------------------------------
 
 #: makes every rank's first training step take minutes, as the first compiled step does on
 #: trn2 (an empty inductor cache, a loaded machine): the rank touches ``step.RANK`` in
@@ -180,7 +180,7 @@ def test_sigterm_in_a_step_longer_than_torchruns_grace_ends_terminated(tmp_path)
     assert not _processes_naming(str(out))
 
 
-# --- 11. a fabric check that passed never fails at its own teardown ---------------------
+# --- a fabric check that passed never fails at its own teardown ---------------------
 
 #: loaded by every rank as sitecustomize: at interpreter shutdown (if the process gets
 #: there) it records the gloo threads still running, the ones whose destruction there
@@ -249,7 +249,7 @@ def test_the_fabric_check_passes_10_times_in_a_row_on_two_agents(tmp_path):
     assert _shutdowns_with_threads(shutdowns) == {}
 
 
-# --- 4. compile-cache faults: one line naming the folder and the fix ----------------------
+# --- compile-cache faults: one line naming the folder and the fix ----------------------
 
 
 def _compiled_train(tmp_path: Path, monkeypatch, cache: Path, capsys) -> tuple[int, str]:
@@ -347,7 +347,7 @@ def test_an_unreadable_cache_entry_warns_in_one_line(tmp_path, caplog):
     assert record.exc_info is None and "Traceback" not in caplog.text
 
 
-# --- 10. a lost rank's node is named -------------------------------------------------------
+# --- a lost rank's node is named -------------------------------------------------------
 
 
 def test_a_lost_peer_names_its_node(monkeypatch):

@@ -1,7 +1,7 @@
 """Hostile input, as users type it: paths relative to where they stand, numbers that
 are not finite or too large, wrong types through the Python API, corpora and caches
-that are not what they seem, a run larger than this machine. Each ends in one clear
-line before anything is built (split from test_hostile.py, rounds 3 and 4)."""
+that are not what they seem, a run larger than this machine, a folder named like a
+dataset where the user stands. Each ends in one clear line before anything is built."""
 
 from __future__ import annotations
 
@@ -101,11 +101,11 @@ def test_a_run_larger_than_this_machine_is_refused_with_numbers(monkeypatch, cap
 def test_bad_input_raises_config_error_in_python_too():
     with pytest.raises(ConfigError, match="positive finite"):
         RunSpec(lr=float("nan")).validate()
-    with pytest.raises(ConfigError, match="resume needs --out"):
+    with pytest.raises(ConfigError, match="resume needs out:"):
         RunSpec(resume=True, checkpoint_interval=1).validate()
 
 
-# --- round 4: the Python API takes any object, and threads ------------------------------------
+# --- the Python API takes any object, and threads ------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -151,7 +151,7 @@ def test_a_second_run_in_the_same_process_is_refused_clearly(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
-# --- round 4: no more `unexpected` ---------------------------------------------------------------
+# --- no more `unexpected` ---------------------------------------------------------------
 
 
 def test_a_cache_under_a_file_is_named(tmp_path, monkeypatch, capsys):
@@ -208,3 +208,50 @@ def test_hub_corpus_without_network_is_named_quickly(tmp_path, monkeypatch, caps
     assert f"corpus 'c4' streams from the Hugging Face hub, but http://127.0.0.1:{port}" in line
     assert "does not answer from this machine" in line
     assert time.monotonic() - started < 20
+
+
+# --- a preset's corpus never reads the working folder --------------------------------------
+
+
+@pytest.mark.parametrize("what", ["folder", "file", "earlier --out"])
+def test_a_c4_in_the_working_folder_leaves_trn2_presets_alone(what, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    if what == "folder":
+        (tmp_path / "c4").mkdir()
+    elif what == "file":
+        (tmp_path / "c4").write_text("")
+    else:
+        (tmp_path / "c4").mkdir()
+        (tmp_path / "c4" / "run.json").write_text("{}")
+    job = ["--nnodes", "2", "--device", "neuron", "--preset", "4b", "--steps", "2",
+           "--allow-hub-corpus"]  # fmt: skip
+    assert main(["slurm", *job, "--out", str(tmp_path / "r")]) == 0, capsys.readouterr().err
+    assert "--corpus" not in capsys.readouterr().out  # the preset's, decided on the nodes
+    argv = ["k8s", *job, "--out", "/fsx/r", "--image", "img"]
+    assert main(argv) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["plan", "--model", "4b", "--json"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.slow
+def test_a_c4_folder_leaves_the_dry_run_alone(tmp_path, monkeypatch, capsys):
+    """(In this process: a child would add only its start.)"""
+    from qwen3_trn_helpers.cli import main
+
+    (tmp_path / "c4").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert main(["dry-run", "--preset", "4b", "--layers", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["world_size"] == 64
+
+
+def test_a_preset_default_is_the_dataset_even_where_a_c4_folder_lies(tmp_path, monkeypatch):
+    from qwen3_trn_helpers.data.corpus import dataset_args
+    from qwen3_trn_helpers.training.plan import plan_run
+    from qwen3_trn_helpers.training.spec import RunSpec
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c4").mkdir()
+    plan = plan_run(RunSpec(preset="4b", nproc=64), device_type="neuron")
+    assert (plan.corpus, plan.corpus_streams) == ("c4", True)
+    assert dataset_args(plan.corpus, streams=plan.corpus_streams) == ("c4", None)

@@ -1,6 +1,6 @@
 """Several nodes that disagree: other settings or another --nnodes stop every node
 naming the setting, an endpoint answered by another service ends in one line, and
-torchrun is watched while the nodes still meet (split from test_hostile.py, round 4)."""
+torchrun is watched while the nodes still meet."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from qwen3_trn_helpers.cli import main
 from qwen3_trn_helpers.training.metrics_file import read_metrics
 from qwen3_trn_helpers.training.spec import RunSpec
 
-# --- round 4: one settings check across nodes ---------------------------------------------------
+# --- one settings check across nodes ---------------------------------------------------
 
 _RANK_CHECK = """
 import os, sys, json
@@ -84,7 +84,7 @@ def test_the_settings_compared_name_each_flag(tmp_path):
     assert "--out is '/b' on node 1" in settings_mismatch([report(0), other_out])
 
 
-# --- round 4: an endpoint answered by another service -------------------------------------------
+# --- an endpoint answered by another service -------------------------------------------
 
 
 @pytest.mark.slow
@@ -150,7 +150,7 @@ def test_torchrun_is_watched_while_the_nodes_still_meet(tmp_path):
             os.kill(pid, 9)
 
 
-# --- round 4: nodes started with another --nnodes -----------------------------------------------
+# --- nodes started with another --nnodes -----------------------------------------------
 
 
 def test_launch_settings_are_compared_as_data(tmp_path):

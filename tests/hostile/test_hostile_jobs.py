@@ -1,29 +1,27 @@
-"""Job files take every user value as data (issue 26, items 1 and 10's k8s part).
+"""Job files take every user value as data (issue 26, items 1 and 10's k8s part), and
+name only what Kubernetes accepts.
 
 A `#SBATCH` line is a bash comment, so a value holding a newline would end it and run
 what follows; every other shell character must reach the training command unchanged
-and run nothing. Kubernetes' shared volume is checked after `..` is resolved."""
+and run nothing. Kubernetes' shared volume is checked after `..` is resolved; a name or
+namespace Kubernetes would refuse is refused here, in one line, before any YAML."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
+from hostile import one_error_line
 
 from qwen3_trn_helpers.cli import main
 
 #: what a shell would run if a value were pasted into the script as code
 HOSTILE = "a b$(touch PWNED1)`touch PWNED2`'q\"; touch PWNED3;#"
-
-
-def one_error_line(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: "), err
-    assert "unexpected" not in err[0]
-    return err[0]
 
 
 def slurm_argv(tmp_path: Path, **values: str) -> list[str]:
@@ -125,11 +123,87 @@ def test_k8s_out_is_checked_after_dot_dot_and_image_must_be_named(capsys):
 
 def test_a_plan_with_under_a_gib_of_slack_warns(capsys):
     """30b-a3b on one trn2 leaves 0.47 GiB per core on an assumed runtime share: said."""
+    # (room for its 366 GB checkpoints stated: the disk's own warning is tests/ops/jobs/
+    # test_saves.py's)
     argv = ["slurm", "--nnodes", "2", "--device", "neuron", "--preset", "30b-a3b",
-            "--out", "/fsx/r", "--steps", "2", "--allow-hub-corpus"]  # fmt: skip
+            "--out", "/fsx/r", "--steps", "2", "--allow-hub-corpus", "--storage-free-gb",
+            "5000"]  # fmt: skip
     assert main(argv) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("warning: the plan leaves 0.47 GiB per NeuronCore")
     assert main(["slurm", "--nnodes", "2", "--device", "neuron", "--preset", "4b",
-                 "--out", "/fsx/r", "--steps", "2", "--allow-hub-corpus"]) == 0  # fmt: skip
+                 "--out", "/fsx/r", "--steps", "2", "--allow-hub-corpus",
+                 "--storage-free-gb", "5000"]) == 0  # fmt: skip
     assert capsys.readouterr().err == ""  # 4b: 15 GiB of room, nothing to say
+
+
+# --- Kubernetes names and pod paths --------------------------------------------------------
+
+K8S = ["k8s", "--nnodes", "2", "--device", "cpu", "--steps", "2", "--out", "/fsx/runs/x",
+       "--image", "img"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("a\nb", "not a name Kubernetes accepts"),
+        ("qwen3-trn-\u00e9t\u00e9", "not a name Kubernetes accepts"),
+        ("qwen'3", "not a name Kubernetes accepts"),
+        ('qwen"3', "not a name Kubernetes accepts"),
+        ("Qwen3", "not a name Kubernetes accepts"),
+        ("x" * 80, "has 80 characters; Kubernetes takes at most"),
+        ("-qwen3", "not a name Kubernetes accepts"),
+        ("qwen3-", "not a name Kubernetes accepts"),
+        ("3qwen", "not a name Kubernetes accepts"),
+        ("", "not a name Kubernetes accepts"),
+    ],
+)
+def test_a_name_kubernetes_refuses_is_refused_here(name, why, capsys):
+    for api in ("trainjob", "pytorchjob"):
+        assert main([*K8S, "--api", api, f"--name={name}"]) == 1
+        assert why in one_error_line(capsys)
+        assert capsys.readouterr().out == ""
+
+
+def test_names_at_the_limits_and_the_namespace_reach_every_object(capsys):
+    import pytorchjob_schema
+
+    assert main([*K8S, "--api", "pytorchjob", "--name", "q" * 63, "--namespace", "ml-1"]) == 0
+    (job,) = yaml.safe_load_all(capsys.readouterr().out)
+    assert job["metadata"] == {"name": "q" * 63, "namespace": "ml-1"}
+    pytorchjob_schema.validate_pytorchjob(job)
+    # a TrainJob's JobSet names its Job NAME-node-0, itself at most 63 characters
+    assert main([*K8S, "--name", "q" * 57]) == 1
+    assert "has 57 characters; Kubernetes takes at most 56" in one_error_line(capsys)
+    assert main([*K8S, "--name", "q" * 56, "--namespace", "0team"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["metadata"]["namespace"] for d in docs] == ["0team", "0team"]
+    for namespace in ("Team", "team_a", "a" * 64, "t\u00eam"):
+        assert main([*K8S, "--namespace", namespace]) == 1
+        assert "--namespace" in one_error_line(capsys)
+
+
+def test_trainjob_manifests_with_a_namespace_pass_the_schema(capsys):
+    import trainjob_schema
+
+    assert main([*K8S, "--namespace", "ml"]) == 0
+    runtime, job = yaml.safe_load_all(capsys.readouterr().out)
+    trainjob_schema.validate_trainer_object(runtime)
+    trainjob_schema.validate_trainer_object(job)
+
+
+def test_pod_paths_are_not_looked_for_here(capsys):
+    """--corpus /fsx/... and --init /fsx/... had to exist on the machine writing the
+    manifest; the pods read them."""
+    paths = ["--corpus", "/fsx/data/text.jsonl", "--init", "/fsx/ckpt/qwen3",
+             "--tokenizer", "/fsx/tok"]  # fmt: skip
+    for api in ("trainjob", "pytorchjob"):
+        assert main([*K8S, "--api", api, *paths]) == 0, capsys.readouterr().err
+        command = yaml.safe_load_all(capsys.readouterr().out)
+        text = json.dumps(list(command))
+        for value in paths[1::2]:
+            assert value in text
+    assert main([*K8S, "--corpus", "data/text.jsonl"]) == 1
+    line = one_error_line(capsys)
+    assert "--corpus 'data/text.jsonl' names a path in the job's pods" in line
+    assert "absolute (for example /fsx/...)" in line

@@ -1,6 +1,6 @@
 """Stops and signals: a launcher killed with -9 takes its ranks with it, and Ctrl-C
-during a save on one or several ranks is a Ctrl-C, not a write error (split from
-test_hostile.py, round 4)."""
+during a save on one or several ranks is a Ctrl-C, not a write error. (The probe's
+signal rows, tests/hostile/test_hostile_probe.py, stop runs mid-step.)"""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from qwen3_trn_helpers.cli import main
 from qwen3_trn_helpers.training.metrics_file import read_metrics
 
-# --- round 4: no orphan ranks after a kill -9 of the command ------------------------------------
+# --- no orphan ranks after a kill -9 of the command ------------------------------------
 
 
 @pytest.mark.slow
@@ -60,7 +60,7 @@ def test_a_killed_launcher_takes_its_ranks_with_it(tmp_path):
     print(f"every process gone {gone_s:.1f} s after the kill")
 
 
-# --- round 4: Ctrl-C during a save on several ranks ---------------------------------------------
+# --- Ctrl-C during a save on several ranks ---------------------------------------------
 
 
 def test_ctrl_c_that_surfaces_as_a_write_error_is_still_a_ctrl_c(
