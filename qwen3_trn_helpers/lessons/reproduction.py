@@ -295,9 +295,11 @@ def reproduce(spec: RunSpec | None = None, *, progress: bool = True, **params: A
             if done
             else "no run finished yet"
         ) + "; the same command again picks up there"
-        held = getattr(e, "files_line", None)  # (a launch names what its folder holds)
-        e.files_line = f"{held}; {picks_up}" if held else picks_up
-        raise
+        from ..errors import Interrupted, Terminated
+
+        held = e.held if isinstance(e, Interrupted) else None  # (a launch's folder)
+        stop = Terminated if isinstance(e, Terminated) else Interrupted
+        raise stop(*e.args, held=f"{held}; {picks_up}" if held else picks_up) from None
     rep = Reproduction(
         variant=spec.variant,
         device_type=device_type,
