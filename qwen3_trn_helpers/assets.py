@@ -150,6 +150,10 @@ def cached_folder(target: Path, build: Callable[[Path], object], marker: str) ->
     with FileLock(str(target.parent / f".{target.name}.lock")):
         if (target / marker).exists():
             return target
+        # what a killed build left (SIGKILL, the OOM killer; a Ctrl-C cleans up itself):
+        # no builder holds the lock now, so the next build (setup run again) removes it
+        for stale in target.parent.glob(f".{target.name}-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
         try:
             build(tmp)

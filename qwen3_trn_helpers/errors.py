@@ -9,6 +9,7 @@ and what to do about it.
 from __future__ import annotations
 
 import contextvars
+import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -79,6 +80,26 @@ class Terminated(Interrupted):
     A KeyboardInterrupt, so that every place that ends a run's processes and records
     what finished on Ctrl-C does the same for SIGTERM; run.json then says "terminated".
     """
+
+
+def disk_full(error: BaseException) -> str | None:
+    """The file a full disk (or quota) refused, "" where unnamed, None if that is not
+    what ``error`` or an error it came from is. Libraries wrap it (torch's checkpoint
+    writer raises its own exception, with the OSError's text inside), so the chain and
+    the text are both looked at: a full disk must be one line naming the fix, not an
+    "unexpected" error."""
+    import errno
+
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return str(error.filename or "")
+        text = str(error)
+        if os.strerror(errno.ENOSPC) in text or os.strerror(errno.EDQUOT) in text:
+            return ""
+        error = error.__cause__ or error.__context__
+    return None
 
 
 #: the stop signals this process received (see :func:`stop_signal`)

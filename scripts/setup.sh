@@ -251,8 +251,8 @@ print(next(r for r in cpu if re.match(r'torch\s*==', r)).replace(' ', ''))")
         uv_pin=$("$py" -m qwen3_trn_helpers.ops.installer requirement)
         uv_args=()
         while IFS= read -r option; do uv_args+=("$option"); done <<< "$uv_out"
-        if ! "$py" -m pip install --quiet $nocompile "$uv_pin"; then
-          echo "note: could not install $uv_pin (pip's error above); installing with pip"
+        if ! boot=$("$py" -m pip install --quiet $nocompile "$uv_pin" 2>&1); then
+          echo "note: could not install $uv_pin ($(echo "$boot" | grep -E '^ERROR' | tail -n 1)); installing with pip"
         else
           echo "installing: uv pip install -c $lock -e .[$extras] (pip's settings passed on)"
           if UV_CACHE_DIR=${UV_CACHE_DIR:-$VENV/.uv-cache} "$VENV/bin/uv" pip install \
@@ -270,7 +270,19 @@ print(next(r for r in cpu if re.match(r'torch\s*==', r)).replace(' ', ''))")
     fi
     if [ -z "$installed_by" ]; then
       echo "installing: pip install ${constraints:+-c $constraints }-e .[$extras]"
-      "$py" -m pip install --quiet $nocompile ${constraints:+-c "$constraints"} -e ".[$extras]"
+      # its output to a log and one line here (no network, a full disk): rerun picks up,
+      # as the stamp below is written only once everything is installed
+      log="$VENV/pip-install.log"
+      if ! "$py" -m pip install --quiet $nocompile ${constraints:+-c "$constraints"} -e ".[$extras]" \
+          > "$log" 2>&1; then
+        why=$(grep -E '^[[:space:]]*ERROR' "$log" 2>/dev/null | tail -n 1 | sed 's/^[[:space:]]*//')
+        fix="connect to the network (pip config list shows the index), or install offline:"
+        fix="$fix scripts/setup.sh --wheelhouse DIR (docs/install.md)"
+        grep -q "No space left on device" "$log" 2>/dev/null && fix="free some disk space"
+        echo "error: pip could not install the package (${why:-no error line}); $fix; then" \
+          "rerun scripts/setup.sh (pip's output: $log)" >&2
+        exit 1
+      fi
     fi
   fi
   site_packages=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
@@ -305,13 +317,22 @@ hook=$("$py" -c "from qwen3_trn_helpers import without_triton as w; print(w.writ
 "$VENV/bin/qwen3-trn" assets ${published:+--published}
 [ "$install_only" = 1 ] && exit 0
 
+# The main job: the seed's experiment in miniature, AWS's 10 steps from the published
+# weights and from random init with the same data and settings, then one figure with both
+# curves beside AWS's step-1 losses (6.54, 12.43) and three lines. On a CPU the tiny
+# preset and its local "published" checkpoint (made here once, cached); on trn2 the same
+# command runs the real sizes (Qwen3-4B on 64 ranks). Whatever stops it ends in one line,
+# and setup run again picks up there: the install, the assets and the checkpoint are
+# kept, and so is each run that finished (lessons/reproduction.py kept_run).
+main_job=("$VENV/bin/qwen3-trn" reproduce --variant native --out runs/reproduce --brief)
+
 if [ -n "$neuron_site" ]; then
   echo "Neuron venv: climbing the smoke ladder (each rung in its own process; smoke/smoke.json)"
   status=0
   "$VENV/bin/qwen3-trn" smoke --no-full-size --out smoke || status=$?
   if [ "$status" = 0 ]; then
     echo "next: $VENV/bin/qwen3-trn smoke --rung 4b_native_64ranks   (64 ranks, compiles for minutes)"
-    echo "then: $VENV/bin/qwen3-trn reproduce --variant native"
+    echo "then: ${main_job[*]}   (the main job a CPU setup runs, at the real sizes)"
   else
     echo "setup installed everything, but the smoke ladder failed: read the fix on each" \
       "failed rung above; attach smoke/smoke.json to a bug report" >&2
@@ -320,5 +341,6 @@ if [ -n "$neuron_site" ]; then
 fi
 
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
-"$VENV/bin/qwen3-trn" train --variant native --steps 10 --local-batch-size 1 \
-  --init random --out runs/walkthrough --overwrite
+"${main_job[@]}"
+echo "next: the course, notebooks 00 to 06: $VENV/bin/jupyter lab notebooks/ (start with" \
+  "00_preflight.ipynb; 03 explains this figure)"

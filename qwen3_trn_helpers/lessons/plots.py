@@ -34,8 +34,12 @@ def loss_figure(
     reference: Mapping[str, float] | None = None,
     ln_vocab: float | None = None,
     difference: bool = False,
+    caption: str | None = None,
 ):
     """One line per run (label -> metrics records); optional step-1 reference points.
+
+    ``caption``: a line of text under the plot (what a reader should take from it, with
+    its numbers), kept inside the saved PNG so the picture says it without the terminal.
 
     ``difference=True`` (exactly two curves) adds a panel below with the second curve
     minus the first, step by step: two runs that agree to 1e-4 draw one line on top of
@@ -104,6 +108,8 @@ def loss_figure(
         diff_ax.set_xlabel("step")
     else:
         ax.set_xlabel("step")
+    if caption:
+        fig.supxlabel(caption, fontsize="small", wrap=True)
     return fig
 
 

@@ -45,6 +45,10 @@ RECIPE = {
 }
 
 
+#: the disk a local checkpoint takes while it is made (tiny: the exported safetensors,
+#: 81 MB, their copy, the tokenizer), for the message when the disk is full
+MAKING_MB = 200
+
 #: the libraries whose versions shape a locally made checkpoint (its init, its training
 #: numerics, its export): another version of one of them makes a new checkpoint
 SHAPED_BY = ("torch", "torchtitan", "transformers", "safetensors", "tokenizers")
@@ -142,13 +146,27 @@ def pretrain_local(
 def ensure_local_published(preset: Preset, progress: bool = True) -> Path:
     """The cached local "published" checkpoint of ``preset``, made on first use."""
     from ..assets import CHECKSUMS, cached_folder, damaged_files
+    from ..errors import disk_full
+    from ..training.metrics_file import free_space
 
     def build() -> Path:
-        return cached_folder(
-            published_dir(preset),
-            lambda folder: pretrain_local(preset, str(folder), progress),
-            marker="qwen3_trn_recipe.json",
-        )
+        try:
+            return cached_folder(
+                published_dir(preset),
+                lambda folder: pretrain_local(preset, str(folder), progress),
+                marker="qwen3_trn_recipe.json",
+            )
+        except Exception as e:
+            if disk_full(e) is None:
+                raise
+            # (the trainer's own line would say --resume: this checkpoint is made anew)
+            cache = published_dir(preset).parent
+            raise AssetError(
+                f"the disk is full where the local '{preset.name}' checkpoint is made "
+                f"({cache}: {free_space(cache)} free; making it takes about {MAKING_MB} MB): "
+                "free some space there (or set QWEN3_TRN_CACHE to a folder with room), then "
+                "run the same command again; it is made anew, nothing half-made is kept"
+            ) from None
 
     folder = build()
     if not (folder / CHECKSUMS).exists():  # made before checksums were recorded

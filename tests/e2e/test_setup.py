@@ -175,21 +175,85 @@ def test_setup_on_trn2_climbs_the_ladder_instead_of_training(neuron_venv, tmp_pa
         assert "attach smoke/smoke.json" in proc.stderr
     else:
         assert "qwen3-trn smoke --rung 4b_native_64ranks" in proc.stdout
+        # then the main job a CPU setup runs, the same command: on trn2 the real sizes
+        assert f"then: {target}/bin/qwen3-trn {MAIN_JOB}   (the main job" in proc.stdout
 
 
-def test_setup_on_a_cpu_keeps_its_ten_step_run(tmp_path):
+#: setup's main job (scripts/setup.sh main_job): the seed's experiment, published weights
+#: against random init; without --overwrite, so setup run again keeps the finished runs
+MAIN_JOB = "reproduce --variant native --out runs/reproduce --brief"
+
+
+def test_setup_on_a_cpu_runs_the_seed_experiment_and_run_again_picks_up(tmp_path):
+    """The main job fails once (a stand-in CLI: its one error line is setup's last);
+    setup run again installs nothing and asks the same command, which keeps what
+    finished (test_reproduce.py's Ctrl-C test runs that for real), then names the next
+    step."""
     target = tmp_path / "cpu-project-venv"
     calls = _prepared_venv(target, _cpu_stamp(), "1")
+    failed_once = target / "failed-once"
+    (target / "bin" / "qwen3-trn").write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\n'
+        f'if [ "$1" = reproduce ] && [ ! -e {failed_once} ]; then\n'
+        f"  touch {failed_once}; echo 'interrupted: no run finished yet; the same command "
+        "again picks up there' >&2; exit 130\nfi\nexit 0\n"
+    )
+    env = {**os.environ, "PYTHON": sys.executable, "QWEN3_TRN_VENV": str(target)}
+
+    def setup() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", str(ROOT / "scripts" / "setup.sh")],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    stopped = setup()
+    assert stopped.returncode == 130
+    assert stopped.stderr.strip().splitlines()[-1].startswith("interrupted: ")  # the last line
+    assert "next:" not in stopped.stdout
+    again = setup()
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "Neuron venv detected" not in again.stdout
+    assert "installing:" not in again.stdout  # the install was complete: kept
+    assert calls.read_text().splitlines() == ["assets", MAIN_JOB] * 2  # the same command
+    assert again.stdout.strip().splitlines()[-1] == (
+        f"next: the course, notebooks 00 to 06: {target}/bin/jupyter lab notebooks/ (start "
+        "with 00_preflight.ipynb; 03 explains this figure)"
+    )
+
+
+DEAD = "http://127.0.0.1:9"  # the discard port: nothing answers
+
+
+def test_a_first_install_without_network_is_one_line_and_keeps_no_stamp(tmp_path):
+    """No package index (every index and proxy at a dead port): uv cannot be fetched, and
+    pip then cannot install the package. The end is one error line naming the fix; the
+    install stamp is not written, so setup run again installs (picks up there)."""
+    target = tmp_path / "venv"
+    mine = ("PIP_", "UV_", "PYTHONPATH", "VIRTUAL_ENV")  # nothing of this machine's pip
+    env = {k: v for k, v in os.environ.items() if not k.startswith(mine)}
+    for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        env[var] = DEAD
+    env.update(
+        PYTHON=sys.executable, QWEN3_TRN_VENV=str(target), PIP_CONFIG_FILE=os.devnull,
+        PIP_INDEX_URL=f"{DEAD}/simple", PIP_RETRIES="0", PIP_TIMEOUT="2",
+        UV_CACHE_DIR=str(tmp_path / "uv-cache"), QWEN3_TRN_CACHE=str(tmp_path / "cache"),
+        no_proxy="", NO_PROXY="",
+    )  # fmt: skip
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts" / "setup.sh")],
-        cwd=ROOT, env={**os.environ, "PYTHON": sys.executable, "QWEN3_TRN_VENV": str(target)},
-        capture_output=True, text=True, timeout=120,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "Neuron venv detected" not in proc.stdout
-    steps = calls.read_text().splitlines()
-    assert steps[0] == "assets" and len(steps) == 2
-    assert steps[1].startswith("train --variant native --steps 10 --local-batch-size 1")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: pip could not install the package (ERROR: ")
+    assert "or install offline: scripts/setup.sh --wheelhouse DIR" in lines[0]
+    assert f"rerun scripts/setup.sh (pip's output: {target}/pip-install.log)" in lines[0]
+    assert "note: could not install uv==" in proc.stdout  # uv first: one note line
+    assert "Retrying" not in proc.stdout + proc.stderr  # pip's noise stays in the log
+    assert (target / "bin" / "python").exists()  # the venv is kept for the next run
+    assert not (target / ".qwen3-trn-installed").exists()  # which then installs
+    assert not (tmp_path / "cache").exists()  # nothing past the install ran
 
 
 def test_site_after_a_plain_install_installs_the_site_extra(tmp_path):
@@ -322,3 +386,61 @@ def test_an_unknown_installer_is_one_error_line_before_anything_is_made(tmp_path
         "error: QWEN3_TRN_INSTALLER is $(id); set it to uv (the default) or pip"
     ]
     assert not (tmp_path / "v").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 40 MiB tmpfs (root only: skipped elsewhere), unmounted after the test: room for
+    the tokenizer and corpus, not for making the local checkpoint."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    try:
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(where)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+    except OSError as e:
+        pytest.skip(f"mount: {e}")
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()})")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+def test_a_full_disk_while_the_main_job_makes_the_checkpoint_is_one_line(small_disk, tmp_path):
+    """A real ENOSPC: the asset cache has room for the tokenizer and the corpus, and the
+    local checkpoint's export (81 MB) fills it after 40 steps of pretraining. The main job
+    ends in one line that says where and what to do, and keeps nothing half-made."""
+    import shutil
+
+    from qwen3_trn_helpers.assets import ensure_tokenizer
+    from qwen3_trn_helpers.data.corpus import embedded_corpus_path
+
+    cache = small_disk / "cache"
+    cache.mkdir()
+    for folder in (ensure_tokenizer(), embedded_corpus_path().parent):  # as setup built them
+        shutil.copytree(folder, cache / folder.name)
+    out = tmp_path / "rep"
+    proc = subprocess.run(
+        [sys.executable, "-m", "qwen3_trn_helpers", *MAIN_JOB.split()[:-3], "--out", str(out),
+         "--brief", "--no-progress"],
+        cwd=tmp_path, env={**os.environ, "QWEN3_TRN_CACHE": str(cache), "HF_HUB_OFFLINE": "1"},
+        capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0].startswith(
+        f"error: the disk is full where the local 'tiny' checkpoint is made ({cache}: "
+    )
+    assert lines[0].endswith(
+        "then run the same command again; it is made anew, nothing half-made is kept"
+    )
+    assert sorted(p.name for p in cache.iterdir() if not p.name.startswith(".")) == sorted(
+        [ensure_tokenizer().name, embedded_corpus_path().parent.name]
+    )
+    assert not [p for p in cache.iterdir() if p.name.startswith(".published-")
+                and not p.name.endswith(".lock")]  # fmt: skip
+    assert not (out / "summary.json").exists() and proc.stdout == ""

@@ -102,3 +102,28 @@ def test_nothing_a_run_imports_is_left_uncompiled():
              if (f := getattr(m, "__file__", None)) and f.startswith(sp + "/")]  # fmt: skip
     assert len(files) > 2000
     assert [f for f in files if skip.search(f)] == []
+
+
+def test_the_main_job_is_one_process_that_a_rerun_does_not_redo():
+    """Setup's main job (issue 49: with the install at most 3 minutes on 2 cores from
+    empty caches) is one ``qwen3-trn reproduce``: torch and torchtitan are imported once
+    for the local checkpoint and both runs. Without --overwrite, so setup run again keeps
+    the runs that finished; nothing else trains on the CPU path."""
+    text = SETUP.read_text()
+    job = re.search(r'^main_job=\(("\$VENV/bin/qwen3-trn" [^)]*)\)$', text, re.M)
+    assert job, "setup.sh names its main job once, as main_job=(...)"
+    words = job.group(1).split()
+    assert words[1] == "reproduce" and "--brief" in words and "--overwrite" not in words
+    assert [ln.strip() for ln in text.splitlines()].count('"${main_job[@]}"') == 1
+    rest = text.replace(job.group(0), "")
+    assert not re.search(r'qwen3-trn" (train|reproduce)\b', rest)
+
+
+def test_the_local_checkpoint_costs_no_more_than_when_setup_was_timed():
+    """Making the local "published" checkpoint is most of the main job's CPU time (40
+    steps of 2 x 256 tokens; docs/install.md has the timings). A bigger recipe must be
+    timed again from empty caches before it lands."""
+    from qwen3_trn_helpers.runs.weights import RECIPE
+
+    tokens = RECIPE["steps"] * RECIPE["local_batch_size"] * RECIPE["seq_len"]
+    assert tokens <= 40 * 2 * 256, "time setup again (docs/install.md) before growing it"
