@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import Any
 
-from .assets import hub_offline
 from .errors import Interrupted, Qwen3TrnError, Terminated, cli_face, terminate_on_sigterm
+from .hub import hub_offline
 from .ops.cli import (
     OPS_COMMANDS,
     add_data_parser,

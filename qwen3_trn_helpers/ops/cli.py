@@ -10,7 +10,7 @@ import sys
 from dataclasses import fields
 from typing import Any
 
-from ..assets import hub_offline
+from ..hub import hub_offline
 from ..runs.arguments import EXIT_FAILED, _number, _Parser, add_spec_arguments, spec_from_args
 from .planner.request import add_plan_parser  # noqa: F401 (cli.py's; beside its values)
 

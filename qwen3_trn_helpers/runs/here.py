@@ -20,6 +20,7 @@ from ..training.metrics_file import read_metrics
 from ..training.plan import Plan
 from ..training.ranks import launched_by_torchrun, rank
 from .folder import Claim, RunResult, claim
+from .lifeline import agent_pid
 from .lost_rank import say_received
 from .manifest import write_manifest
 from .reporter import Reporter
@@ -64,8 +65,10 @@ def _train_in_folder(
     def manifest(status: str, **extra: Any) -> None:
         if rank0:
             write_manifest(
-                out, status, plan, launched=launched, init_dir=init_dir, **resumes, **extra
-            )
+                out, status, plan, launched=launched, init_dir=init_dir,
+                agent=agent_pid() if launched else None,
+                **resumes, **extra,
+            )  # fmt: skip
 
     started = time.perf_counter()
     error = None

@@ -25,12 +25,12 @@ def write_manifest(
     *,
     launched: bool,
     init_dir: Path | None = None,
+    agent: int | None = None,
     **extra: Any,
 ) -> None:
     """``run.json``: the spec as the job ran it, the resolved plan and how the run stands
-    (rank 0 writes it). ``init_dir``: the folder the first weights came from."""
-    from .lifeline import agent_pid
-
+    (rank 0 writes it). ``init_dir``: the folder the first weights came from; ``agent``:
+    the pid of the torchrun that started a launched run (runs/lifeline.agent_pid)."""
     info = {
         "status": status,
         # the ranks a launch leaves to torchrun are the job's, as torchrun counted them
@@ -40,7 +40,7 @@ def write_manifest(
         "init_dir": str(init_dir) if init_dir else None,
         "layout_reason": plan.layout_reason,
         # the torchrun agent that started this rank: its node writes loss.png
-        "agent": [socket.gethostname(), agent_pid()] if launched else None,
+        "agent": [socket.gethostname(), agent] if launched else None,
         **extra,
     }
     # beside it, then renamed: a full disk leaves the last run.json whole, never cut

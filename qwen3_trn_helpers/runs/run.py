@@ -112,7 +112,7 @@ def execute(plan: Plan, reporter: Reporter) -> RunResult:
     it (and the hub) once; a launch's ranks do not ask again: by the time a rank asked,
     the ranks that started before it had taken their share of the very memory it counts.
     """
-    from ..assets import hub_offline
+    from ..hub import hub_offline
     from ..training.ranks import launched_by_torchrun
 
     launcher = not launched_by_torchrun()  # (a launch's ranks: their launcher asked)

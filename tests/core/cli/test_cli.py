@@ -84,7 +84,7 @@ def test_offline_mode_lasts_for_one_command_only(monkeypatch, tmp_path, capsys):
     import huggingface_hub.constants as hub
 
     from qwen3_trn_helpers import cli
-    from qwen3_trn_helpers.assets import hub_offline
+    from qwen3_trn_helpers.hub import hub_offline
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)

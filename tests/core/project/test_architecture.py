@@ -22,6 +22,7 @@ LAYERS = [
         "cpu_peak",  # this CPU's measured matmul peak (the planner's CPU machine, doctor)
         "device",
         "assets",
+        "hub",
         "files",  # every file the package reads, read one way (issue 50)
     },
     {"data"},  # the text a run trains on: corpora, prepared folders, the global order

@@ -52,6 +52,7 @@ def trainer(tmp_path, monkeypatch):
     made = _Trainer.__new__(_Trainer)
     made.cache = str(tmp_path / "inductor")
     made._local_losses, made._compiles, made.step = [], True, 1
+    made._watch, made._steps_run = None, 0  # a notebook's run: no heartbeat, no watchdog
     made.config = SimpleNamespace(qwen3_trn=SimpleNamespace(device=DEVICES["cpu"]))
     made.stop_request = StopRequest()
     forget_stops()
