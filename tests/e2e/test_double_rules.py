@@ -180,3 +180,27 @@ def test_one_core_per_process_in_a_process_group(device_state, monkeypatch):
     device_state.update(local_world_size=-1, start=-1, runtime=False)
     with pytest.raises(AssertionError, match="more than one device per process"):
         process_group.create_neuron_process_group(dist.HashStore(), 0, 1, timedelta(seconds=30))
+
+
+def test_a_device_context_still_reaches_torch_tensor_with_the_cpu_fallback(tmp_path):
+    """The double's ``torch.tensor`` wrapper (index-less ``neuron``: the current device)
+    must leave torch's device context working: transformers asks ``torch.tensor([])``
+    whether it builds on meta, and with the wrapper in torch's set of factories instead
+    of ``torch.tensor`` it read CPU, initialised the rotary buffers on meta and left them
+    zero (the rehearsal's notebook 02 parity, off by 0.4)."""
+    import subprocess
+    import sys
+
+    from fake_torch_neuronx.install import install
+
+    env = {**install(tmp_path), "FAKE_TORCH_NEURONX_CPU_FALLBACK": "1"}
+    code = (
+        "import torch\n"
+        "assert torch.tensor([0.0], device='neuron').device.type == 'neuron'\n"
+        "with torch.device('meta'):\n"
+        "    print(torch.tensor([]).device, torch.as_tensor([1.0]).device)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["meta", "meta"]

@@ -212,6 +212,16 @@ def to_the_current_device(device: str) -> None:
 
         return made
 
+    # torch's device context (``with torch.device("meta")``) recognises a factory by
+    # identity in a set it builds from the module's attributes on first use
+    # (torch/utils/_device.py ``_device_constructors``, lru_cache): built after the
+    # wrappers, it held them and not the functions the wrappers call, so inside the
+    # context torch.tensor made CPU tensors (transformers then took the meta context for
+    # none, initialised its rotary buffers on meta and left them zero: the rehearsal's
+    # notebook 02 parity failed by 0.4). Built first, it holds torch's own functions.
+    from torch.utils._device import _device_constructors
+
+    _device_constructors()
     torch.tensor = with_device(torch.tensor)
     torch.as_tensor = with_device(torch.as_tensor)
 
