@@ -307,15 +307,13 @@ def check_corpus(
     # stands: a folder named c4 there had broken plan, dry-run and the job files
     local = not embedded and named and is_local(corpus)
     prepared = named and is_prepared(corpus)
-    if not prepared and (
-        local or (not embedded and named and ("/" in corpus or Path(corpus).suffix))
-    ):
-        refuse_incomplete(corpus)
-        read_documents(corpus)  # a clear error now (missing, empty), not in the dataloader
     tokenizer = None
     if prepared:  # (its tokenizer is checked once the run's is known: assets.run_tokenizer)
         folder = Path(corpus).expanduser()
         manifest = read_manifest(folder)
         check_shards(folder, manifest, hashes=hashes, record_in=record_in, reread=reread)
         tokenizer = manifest.get("tokenizer", {})
+    elif local or (not embedded and named and ("/" in corpus or Path(corpus).suffix)):
+        refuse_incomplete(corpus)
+        read_documents(corpus)  # a clear error now (missing, empty), not in the dataloader
     return RunCorpus(corpus, streams=not (embedded or local), tokenizer=tokenizer)

@@ -29,8 +29,8 @@ from ..training.metrics_file import (
     read_metrics,
 )
 from ..training.plan import Plan
+from ..training.resume import ResumeRecord, check_resume, read_run_record, unrecorded_end
 from ..training.spec import RESUME_AUTO, RunSpec
-from .resume import ResumeRecord, check_resume, read_run_record, unrecorded_end
 
 #: what a run writes into its folder (a new run with --overwrite removes them all)
 RUN_FILES = ("metrics.jsonl", "run.json", "loss.png", "launch.log")
@@ -196,19 +196,19 @@ def claim(plan: Plan, *, launcher: bool = False) -> Iterator[Claim]:
     runs/torchrun.py): on one node it holds the folder for the run's life and settles it
     before any rank starts; on several it only makes it, for the job's rank 0 to settle.
     """
+    from ..training.ranks import launched_by_torchrun, rank, world_size
+
     spec = plan.spec
     single_node = plan.nnodes == 1
+    rank0 = launcher or rank() == 0  # (rank 0 and the launcher name the folder)
+    out = new_out_dir(spec.out) if rank0 else Path(spec.out or "runs/_nonzero_rank")
     if launcher:
-        out = new_out_dir(spec.out)
         with own_run_folder(out) if single_node else nullcontext():
             settled = settle_run_folder(out, plan, writer=True, share=None, decides=single_node)
             yield Claim(out, settled)
         return
-    from ..training.ranks import launched_by_torchrun, rank, world_size
-
-    rank0, launched = rank() == 0, launched_by_torchrun()
+    launched = launched_by_torchrun()
     owner = rank0 and (not launched or not single_node)
-    out = new_out_dir(spec.out) if rank0 else Path(spec.out or "runs/_nonzero_rank")
     if launched:  # stop with the launching command; hold a one-node folder while alive
         from .lifeline import bind_rank
 

@@ -1,7 +1,7 @@
 """run.json's writers: rank 0's record of a run (the spec as the job ran it, the resolved
 plan, how the run stands), and a launch's record of a stop its ranks could not make.
 
-Beside the run's other files (runs/folder.py: the folder and who holds it; runs/resume.py:
+Beside the run's other files (runs/folder.py: the folder and who holds it; training/resume.py:
 the resume checks, ``read_run_record``; runs/lost_rank.py: a launch's record of a lost
 rank); each write replaces run.json whole or not at all.
 """

@@ -6,7 +6,7 @@ torchtitan's ``LRSchedulersContainer`` (warm-up-stable-decay): a linear warm-up 
 the schedule's length (torchtitan saves only ``last_epoch``), so a resume with more
 ``--steps`` recomputes the lr on the longer schedule: a run that had decayed is sent
 back to its peak. :func:`lr_factor` asks torchtitan's own scheduler what a step gets,
-for the note a resume prints (runs/resume.py).
+for the note a resume prints (training/resume.py).
 """
 
 from __future__ import annotations

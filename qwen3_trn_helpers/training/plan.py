@@ -367,6 +367,10 @@ def plan_run(
     nproc, nnodes, launched = launch_world(spec, here)
     # where: this machine's device (or another's), and the cores a slice gives the ranks
     device = resolve(spec.device) if here else as_device(device_type)
+    # how this machine computes (another machine's precision is its business)
+    mixed_precision = (
+        mixed_precision_on(device, spec.mixed_precision) if here else spec.mixed_precision
+    )
     if spec.neuron_cores is not None:
         problem = slice_problem(
             spec.neuron_cores, nproc, on_trn2=device.is_trn2, device_type=device.type
@@ -389,10 +393,9 @@ def plan_run(
         record_in=spec.out if launcher else None,
         reread=spec.verify_data,
     )
-    # how this machine computes, and with which tokenizer (another machine's: its business)
-    mixed_precision, tokenizer_dir = spec.mixed_precision, None
+    # with which tokenizer (another machine's: its business)
+    tokenizer_dir = None
     if here:
-        mixed_precision = mixed_precision_on(device, spec.mixed_precision)
         tokenizer_dir = run_tokenizer(
             spec.tokenizer,
             checkpoint=model.init.folder,

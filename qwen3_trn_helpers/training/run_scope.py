@@ -161,7 +161,7 @@ class _RunScope:
                 self._scope.enter_context(static_shapes(options.device))
             super().__init__(config)  # type: ignore[call-arg]
             # each checkpoint records the settings: a resume is checked against them
-            # even when run.json is lost (runs/resume.py: check_resume)
+            # even when run.json is lost (training/resume.py: check_resume)
             self.checkpointer.run_settings = options.settings  # type: ignore[attr-defined]
             if options.device.is_cpu and world > 1:
                 force_sum_reduction_for_gloo(self.model_parts)

@@ -176,6 +176,7 @@ def trainer_config(
     compile_ = compile_config(plan.spec.compile, plan.device)
     timeouts = save_timeouts(plan)  # collectives wait longer than a save takes
     backend = trainer.backend_fields(plan)
+    schedule = lr_scheduler_config(plan.warmup_steps)
     dataset, dataset_path = dataset_args(plan.corpus, streams=plan.corpus_streams)
     loader = loader_for(dataset)  # our corpora: one sample order at any world size
     saves = bool(plan.spec.checkpoint_interval or plan.spec.export_hf)
@@ -192,7 +193,7 @@ def trainer_config(
         ),
         dataloader=loader.Config(dataset=dataset, dataset_path=dataset_path),
         optimizer=default_adamw(lr=plan.lr),
-        lr_scheduler=lr_scheduler_config(plan.warmup_steps),
+        lr_scheduler=schedule,
         training=TrainingConfig(
             local_batch_size=plan.spec.local_batch_size,
             global_batch_size=plan.spec.global_batch_size or -1,  # -1: no accumulation

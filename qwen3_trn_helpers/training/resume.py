@@ -25,8 +25,8 @@ from typing import Any
 
 from ..errors import ConfigError, RunFolderError
 from ..files import UnreadableFile, read_json
-from ..training.metrics_file import RECORD_LIMIT
-from ..training.plan import Plan
+from .metrics_file import RECORD_LIMIT
+from .plan import Plan
 
 #: settings a resumed run must share with the checkpointed one (they shape the model,
 #: the data or the optimizer); steps, ranks, nodes, device and saving may change
@@ -112,7 +112,7 @@ def saved_settings(out: Path, step: int) -> _Saved:
     from run.json; a folder with neither is refused, so an unreadable run.json never
     turns the check off (a run trained at 256 tokens had resumed at 64 with run.json
     removed, and run.json then claimed 64 for all of it)."""
-    from ..training.checkpoint_files import SETTINGS_FILE, read_run_settings
+    from .checkpoint_files import SETTINGS_FILE, read_run_settings
 
     saved, problem = read_run_record(out)
     step_dir = out / "checkpoint" / f"step-{step}"
@@ -176,7 +176,7 @@ def lr_schedule_note(saved: _Saved, plan: Plan, step: int) -> str | None:
     """A note when another ``--steps`` moves the lr the next step trains at: torchtitan
     recomputes its schedule over the new length, so a longer run sends a decayed lr back
     up (to its peak once the decay starts later than this step)."""
-    from ..training.lr_schedule import DECAY_RATIO, lr_factor
+    from .lr_schedule import DECAY_RATIO, lr_factor
 
     before, after = saved.spec.get("steps"), plan.spec.steps
     warmup = saved.spec["warmup_steps"]
@@ -204,8 +204,8 @@ def check_resume(
     (``share``: this rank's part of the shard hashing, None for none); and a resume
     whose settings cannot be read (:func:`saved_settings`). Returns what changed and
     what was noted, for run.json."""
-    from ..training.checkpoint import check_checkpoint
-    from ..training.metrics_file import note_metrics_gap
+    from .checkpoint import check_checkpoint
+    from .metrics_file import note_metrics_gap
 
     check_checkpoint(out / "checkpoint" / f"step-{step}", share)
     spec = plan.spec
@@ -249,7 +249,7 @@ def unrecorded_end(out: Path) -> str | None:
     saved, _ = read_run_record(out)
     if saved is None or saved.get("status") != "running":
         return None
-    from ..training.metrics_file import read_metrics
+    from .metrics_file import read_metrics
 
     try:
         steps = [r["step"] for r in read_metrics(out / "metrics.jsonl")]
