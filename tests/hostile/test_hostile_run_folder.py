@@ -40,6 +40,73 @@ def resume_argv(out: Path, *extra: str, steps: int = 3) -> list[str]:
             "--resume", "--no-progress", *extra]  # fmt: skip
 
 
+# --- a resume is the same training, or a change asked for (issue 51, items 3 and 4) -------
+
+
+def _copy(checkpointed: Path, tmp_path: Path) -> Path:
+    shutil.copytree(checkpointed, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_a_resume_with_another_global_batch_is_refused_naming_it(tmp_path, checkpointed, capsys):
+    """It had gone through silently, and run.json then claimed the new batch for the
+    whole run."""
+    out = _copy(checkpointed, tmp_path)
+    assert main(resume_argv(out, "--global-batch-size", "2")) == 1
+    line = one_error_line(capsys)
+    assert "with other settings than the checkpoint of step 2 was trained with" in line
+    assert "global batch 1 -> 2 sequences per step" in line and "--allow-change" in line
+    assert steps_in(out) == [1, 2]
+
+
+def test_allow_change_goes_on_and_run_json_records_the_change(tmp_path, checkpointed, capsys):
+    out = _copy(checkpointed, tmp_path)
+    assert main(resume_argv(out, "--global-batch-size", "2", "--allow-change")) == 0
+    change = "global batch 1 -> 2 sequences per step"
+    assert f"note: --allow-change: from step 3, {change}" in capsys.readouterr().err
+    resumes = json.loads((out / "run.json").read_text())["resumes"]
+    assert resumes == [{"from_step": 2, "changes": [change], "allowed_by": "--allow-change"}]
+    assert steps_in(out) == [1, 2, 3]
+
+
+def test_an_emptied_run_json_leaves_the_check_on(tmp_path, checkpointed, capsys):
+    """run.json ``{"spec":{},"resolved":{}}`` had turned the check off (each missing key
+    skipped), and the resumed run.json claimed the new lr and seed."""
+    out = _copy(checkpointed, tmp_path)
+    (out / "run.json").write_text('{"spec":{},"resolved":{}}')
+    assert main(resume_argv(out, "--lr", "1e-3")) == 1
+    line = one_error_line(capsys)
+    assert "with other settings" in line and " -> 0.001" in line and "lr " in line
+    assert steps_in(out) == [1, 2]
+
+
+def test_the_next_command_names_a_killed_runs_record(tmp_path, checkpointed, capsys):
+    """kill -9 runs nothing of ours: run.json stays `running`, and the next command into
+    the folder (which it can hold, so no one else does) says what happened."""
+    out = _copy(checkpointed, tmp_path)
+    record = json.loads((out / "run.json").read_text())
+    (out / "run.json").write_text(json.dumps({**record, "status": "running"}))
+    assert main(resume_argv(out)) == 0
+    err = capsys.readouterr().err
+    assert f"{out / 'run.json'} says `running`, but no process holds {out}" in err
+    assert "metrics.jsonl holds steps 1-2" in err
+
+
+def test_more_steps_that_move_the_lr_get_a_note(tmp_path, capsys):
+    """torchtitan recomputes its schedule over the new --steps: a finished 6-step run
+    resumed for 8 trains step 7 at a higher lr than its decay had reached, without a word
+    before."""
+    out = tmp_path / "run"
+    run(steps=6, checkpoint_interval=6, out=str(out), progress=False)
+    capsys.readouterr()
+    assert (
+        main(resume_argv(out, steps=8)[:-1] + ["--checkpoint-interval", "6", "--no-progress"]) == 0
+    )
+    err = capsys.readouterr().err
+    assert "--steps 8 (the checkpointed run's schedule had 6) moves the lr schedule: step 7" in err
+    assert "(higher)" in err or "(the peak again)" in err
+
+
 # --- an unreadable run.json never turns the resume check off ---------------------------
 
 #: what the probe did to run.json: each one had resumed a 256-token run at 64 silently
