@@ -11,7 +11,7 @@
 #   scripts/test.sh --install  # the workshop wheelhouse: built from the package index,
 #                              #   installed offline into a new venv (CI runs it after)
 #   scripts/test.sh --long     # multi-process and end-to-end checks, compiled-vs-eager runs
-#                              #   (a minute or more each; its own CI step, after the suite)
+#                              #   (a minute or more each; CI's last step)
 #   scripts/test.sh --site     # the course's static site: built (notebooks executed),
 #                              #   then checked in Chromium (its own CI step)
 #   scripts/test.sh -k parity  # any further pytest arguments are passed on
