@@ -130,12 +130,12 @@ def settle_run_folder(
     on shared storage, so no node refuses it because another got there first).
     """
     spec = plan.spec
+    auto, overwrite = spec.resume == RESUME_AUTO, fresh_overwrite(spec)
     step = latest_checkpoint_step(out)
-    auto = spec.resume == RESUME_AUTO
     # a run killed outright left run.json saying `running` (the caller holds the folder,
     # so no live run writes it): the first command that reads it says so
     killed = unrecorded_end(out) if decides and (share is None or share[0] == 0) else None
-    if killed and (spec.resume or fresh_overwrite(spec)):
+    if killed and (spec.resume or overwrite):
         print(f"note: {killed}", file=sys.stderr, flush=True)
     if decides and auto and step >= spec.steps and read_run_record(out)[0] is not None:
         return Settled(step, finished=True)
@@ -144,7 +144,7 @@ def settle_run_folder(
             out.mkdir(parents=True, exist_ok=True)
         elif writer:
             try:
-                prepare_out_dir(out, fresh_overwrite(spec))
+                prepare_out_dir(out, overwrite)
             except RunFolderError as e:
                 raise RunFolderError(f"{e}; {killed}" if killed else str(e)) from None
         return Settled()
