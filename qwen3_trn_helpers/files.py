@@ -343,3 +343,23 @@ def make_folder(path: Path, flag: str) -> Path:
             f"{flag} {path} cannot be made ({_why(e)}); choose a folder you can write to"
         ) from None
     return path
+
+
+def lock_folder(folder: Path, lock_name: str, owner_name: str) -> tuple[Any, str | None]:
+    """(the held lock, None), or (None, who holds it) when another process does, as its
+    ``owner_name`` file says. The lock is the kernel's (``flock``, through filelock): it
+    goes when its process does, however that ends. Makes ``folder`` (an OSError where it
+    cannot); the run folder and ``data prepare``'s folder are held this way."""
+    from filelock import FileLock, Timeout
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(folder / lock_name), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        try:  # (a pipe or a device in its place: not read, files.py)
+            owner = read_text(folder / owner_name, limit=4 * KiB, fix="").strip()
+        except (OSError, ValueError):
+            owner = ""
+        return None, owner or "another process"
+    return lock, None

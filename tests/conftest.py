@@ -112,3 +112,32 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
     terminalreporter.write_sep("=", f"hostile probe: {len(_HOSTILE_OUTCOMES)} rows")
     terminalreporter.write_line(counts_table(_HOSTILE_OUTCOMES))
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """``tmpfs(size)``: a fresh tmpfs of ``size`` (mount's form, "40m") under tmp_path,
+    unmounted after the test; root only, so the test is skipped where it cannot mount.
+    A real full disk (ENOSPC), for the tests that a run must survive one."""
+    import subprocess
+
+    mounted: list[Path] = []
+
+    def mount(size: str) -> Path:
+        where = tmp_path / f"disk-{len(mounted)}"
+        where.mkdir()
+        try:
+            done = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                capture_output=True, text=True,
+            )  # fmt: skip
+        except OSError as e:
+            pytest.skip(f"mount: {e}")
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()})")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", str(where)], check=False)

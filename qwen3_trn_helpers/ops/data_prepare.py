@@ -39,7 +39,7 @@ from ..data.prepared import (
     VERSION,
 )
 from ..errors import AssetError, ConfigError
-from ..files import KiB, check_output_folder, read_text
+from ..files import check_output_folder, lock_folder
 
 #: held (flock) by the prepare writing a folder, for its whole life
 LOCK_FILE = ".prepare.lock"
@@ -93,26 +93,18 @@ def new_folder(out: Path) -> Iterator[None]:
     shards. A prepare that fails here takes its temporary shards with it, and the
     folder too if it made it.
     """
-    from filelock import FileLock, Timeout
-
     _refuse_used(out, LOCK_FILE, OWNER_FILE)  # (held by another: said below)
     made = not out.exists()
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(out / LOCK_FILE), timeout=0)
-        lock.acquire()
-    except Timeout:
-        try:
-            owner = read_text(out / OWNER_FILE, limit=4 * KiB, fix="").strip()
-        except OSError:
-            owner = "another process"
-        raise ConfigError(
-            f"--out {out} is being written by another data prepare ({owner}); wait for it "
-            "to end, or choose another folder"
-        ) from None
+        lock, owner = lock_folder(out, LOCK_FILE, OWNER_FILE)
     except OSError as e:
         raise ConfigError(f"cannot write --out {out} ({e.strerror or e}); choose a folder "
                           "you can write to") from None  # fmt: skip
+    if lock is None:
+        raise ConfigError(
+            f"--out {out} is being written by another data prepare ({owner}); wait for it "
+            "to end, or choose another folder"
+        )
     try:
         _refuse_used(out, LOCK_FILE, OWNER_FILE)
         (out / OWNER_FILE).write_text(f"pid {os.getpid()} on {socket.gethostname()}\n")

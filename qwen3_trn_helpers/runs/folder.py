@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RunFolderError
-from ..files import check_output_folder, read_json, read_text
+from ..files import check_output_folder, lock_folder, read_json
 from ..training.metrics_file import (
     RECORD_LIMIT,
     keep_steps_before,
@@ -245,26 +245,18 @@ def own_run_folder(out: Path) -> Iterator[None]:
     Every writer takes it first: a second run, ``--overwrite`` and ``--resume`` are all
     refused while a run is writing there.
     """
-    from filelock import FileLock, Timeout
-
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(out / LOCK_FILE), timeout=0)
-        lock.acquire()
-    except Timeout:
-        try:
-            owner = read_text(out / OWNER_FILE, limit=4096, fix="").strip()
-        except ValueError:
-            owner = "another process"
-        raise RunFolderError(
-            f"{out} is being written by a run still in progress ({owner}); wait for it to "
-            "end or stop it, or choose another --out"
-        ) from None
+        lock, owner = lock_folder(out, LOCK_FILE, OWNER_FILE)
     except OSError as e:
         raise RunFolderError(
             f"cannot write the run folder {out} ({e.strerror or e}); choose a folder you "
             "can write to (--out)"
         ) from None
+    if lock is None:
+        raise RunFolderError(
+            f"{out} is being written by a run still in progress ({owner}); wait for it to "
+            "end or stop it, or choose another --out"
+        )
     try:
         from .lifeline import check_no_live_ranks
 

@@ -61,26 +61,24 @@ def record_stop(
     ``steps_completed`` steps, where it still says ``running``: the ranks were killed in
     a step, before rank 0 could record the stop (``why``). Only on the node whose
     torchrun (``agent``: this node's torchrun pid) started rank 0."""
-    try:
-        info = read_json(out / "run.json", limit=RECORD_LIMIT, fix="")  # (files.py: no pipe)
-    except (OSError, ValueError):
-        return
-    ours = isinstance(info, dict) and info.get("agent") in (None, [socket.gethostname(), agent])
-    if ours and info.get("status") == "running":
-        info.update(status=status, steps_completed=steps_completed)
-        info["stopped"] = why
-        write_atomically(out / "run.json", strict_json(info, indent=2))
+    _settle_running(out, agent, status=status, steps_completed=steps_completed, stopped=why)
 
 
 def record_failure(out: Path, error: str, agent: int | None) -> None:
     """run.json says ``failed`` and why (``error``), where ranks that ended without a
     word (the watchdog's SIGALRM: training/watchdog.py) left it ``running``. Only on the
     node whose torchrun (``agent``) started rank 0."""
+    _settle_running(out, agent, status="failed", error=error)
+
+
+def _settle_running(out: Path, agent: int | None, **fields: Any) -> None:
+    """run.json updated with ``fields`` where it still says ``running`` and its run is
+    this node's (started by torchrun ``agent``, or by no torchrun); else left alone."""
     try:
         info = read_json(out / "run.json", limit=RECORD_LIMIT, fix="")  # (files.py: no pipe)
     except (OSError, ValueError):
         return
     ours = isinstance(info, dict) and info.get("agent") in (None, [socket.gethostname(), agent])
     if ours and info.get("status") == "running":
-        info.update(status="failed", error=error)
+        info.update(fields)
         write_atomically(out / "run.json", strict_json(info, indent=2))

@@ -389,24 +389,10 @@ def test_an_unknown_installer_is_one_error_line_before_anything_is_made(tmp_path
 
 
 @pytest.fixture
-def small_disk(tmp_path):
-    """A 40 MiB tmpfs (root only: skipped elsewhere), unmounted after the test: room for
-    the tokenizer and corpus, not for making the local checkpoint."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    try:
-        mounted = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(where)],
-            capture_output=True, text=True,
-        )  # fmt: skip
-    except OSError as e:
-        pytest.skip(f"mount: {e}")
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()})")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=False)
+def small_disk(tmpfs):
+    """A 40 MiB tmpfs: room for the tokenizer and corpus, not for making the local
+    checkpoint."""
+    return tmpfs("40m")
 
 
 def test_a_full_disk_while_the_main_job_makes_the_checkpoint_is_one_line(small_disk, tmp_path):
